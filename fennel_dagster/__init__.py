@@ -1,0 +1,1 @@
+"""fennel_dagster: a realtime feature platform on Dagster."""

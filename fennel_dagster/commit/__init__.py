@@ -1,0 +1,1 @@
+"""Commit: entity graph, validation, blueprints, asset bank and the two-ledger protocol."""
