@@ -1,0 +1,1 @@
+"""Operators: one implementation of every pipeline operator, on pandas batches."""

@@ -1,0 +1,124 @@
+"""The state interface stateful operators see (seed 003's "Hangar").
+
+Operators never talk to RocksDB directly: they read through a ``StateReader`` and return
+their mutations as a ``WriteBatch``. The engine applies the batch to its RocksDB-backed hangar
+only after the Kafka transaction that carried the batch's outputs has committed; the mock
+client applies it to ``MemoryState`` at once. Both run the same operator code.
+
+Keys and values are bytes; each operator owns a namespace (its column family in RocksDB),
+named after the job and operator node id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class StateReader(Protocol):
+    def get(self, namespace: str, key: bytes) -> bytes | None: ...
+
+    def multi_get(self, namespace: str, keys: list[bytes]) -> list[bytes | None]: ...
+
+    def scan(
+        self, namespace: str, start: bytes, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Key-ordered pairs with ``start <= key < end`` (``end=None``: to the namespace's end)."""
+        ...
+
+
+@dataclass
+class WriteBatch:
+    """Mutations produced by one iteration, applied atomically (with offsets, in the engine).
+
+    Later writes to the same key win; ``overlay`` lets an operator read its own pending writes.
+    """
+
+    puts: dict[tuple[str, bytes], bytes | None] = field(default_factory=dict)
+
+    def put(self, namespace: str, key: bytes, value: bytes) -> None:
+        self.puts[(namespace, key)] = value
+
+    def delete(self, namespace: str, key: bytes) -> None:
+        self.puts[(namespace, key)] = None
+
+    def items(self) -> Iterable[tuple[str, bytes, bytes | None]]:
+        for (ns, key), value in self.puts.items():
+            yield ns, key, value
+
+    def __len__(self) -> int:
+        return len(self.puts)
+
+
+class StateStore(StateReader, Protocol):
+    def apply(self, batch: WriteBatch) -> None:
+        """Apply every mutation of ``batch`` atomically."""
+        ...
+
+
+class OverlayReader:
+    """Reads through a pending ``WriteBatch`` first, then the underlying state.
+
+    Lets one iteration see its own writes (several rows of a batch hitting one key)
+    without touching the store before the transaction commits.
+    """
+
+    def __init__(self, base: StateReader, pending: WriteBatch) -> None:
+        self._base = base
+        self._pending = pending
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        hit = self._pending.puts.get((namespace, key), _MISSING)
+        return self._base.get(namespace, key) if hit is _MISSING else hit  # type: ignore[return-value]
+
+    def multi_get(self, namespace: str, keys: list[bytes]) -> list[bytes | None]:
+        base = self._base.multi_get(namespace, keys)
+        out: list[bytes | None] = []
+        for key, value in zip(keys, base, strict=True):
+            hit = self._pending.puts.get((namespace, key), _MISSING)
+            out.append(value if hit is _MISSING else hit)  # type: ignore[arg-type]
+        return out
+
+    def scan(
+        self, namespace: str, start: bytes, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        merged = dict(self._base.scan(namespace, start, end))
+        for (ns, key), value in self._pending.puts.items():
+            if ns == namespace and key >= start and (end is None or key < end):
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+        yield from sorted(merged.items())
+
+
+_MISSING = object()
+
+
+class MemoryState:
+    """An in-process ``StateStore``: the mock client's hangar, and the reference in tests."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[bytes, bytes]] = {}
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        return self._data.get(namespace, {}).get(key)
+
+    def multi_get(self, namespace: str, keys: list[bytes]) -> list[bytes | None]:
+        ns = self._data.get(namespace, {})
+        return [ns.get(k) for k in keys]
+
+    def scan(
+        self, namespace: str, start: bytes, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        ns = self._data.get(namespace, {})
+        for key in sorted(k for k in ns if k >= start and (end is None or k < end)):
+            yield key, ns[key]
+
+    def apply(self, batch: WriteBatch) -> None:
+        for ns, key, value in batch.items():
+            if value is None:
+                self._data.get(ns, {}).pop(key, None)
+            else:
+                self._data.setdefault(ns, {})[key] = value
