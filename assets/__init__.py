@@ -1,0 +1,1 @@
+"""Dagster assets of fennel_dagster: committed feature definitions as software-defined assets."""

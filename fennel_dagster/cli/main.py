@@ -1,0 +1,31 @@
+"""The ``fennel-dagster`` command: one sub-command module per area."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fennel_dagster.cli import dev, stack
+from fennel_dagster.stack.process import StackError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fennel-dagster", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    stack.register(sub)
+    dev.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except StackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""DAGSTER_HOME for the local stack: our dagster.yaml plus the environment it reads."""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+
+from fennel_dagster.settings import Settings
+
+_REPO_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+def dagster_yaml_source() -> Path:
+    """The project's dagster.yaml (repo root in a checkout, package data when installed)."""
+    if _REPO_YAML.exists():
+        return _REPO_YAML
+    return Path(str(resources.files("fennel_dagster").joinpath("dagster.yaml")))
+
+
+def prepare_dagster_home(settings: Settings) -> dict[str, str]:
+    """Create DAGSTER_HOME with our dagster.yaml; returns the env vars a Dagster process needs."""
+    home = settings.dagster_home_path
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(dagster_yaml_source(), home / "dagster.yaml")
+    return {
+        "DAGSTER_HOME": str(home),
+        "FENNEL_DAGSTER_PG_URL": settings.pg_url(settings.dagster_pg_db),
+    }

@@ -1,0 +1,52 @@
+"""Jars of the stack's Java services, resolved from Maven Central by Maven.
+
+Each component has its own small pom next to this file and its own output directory, so
+no service's classpath carries another's jars. Maven's local repository (~/.m2) is the
+download cache; the copy into the data directory is skipped when already complete.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from fennel_dagster.stack.prereqs import require
+from fennel_dagster.stack.process import StackError
+
+COMPONENTS = ("kafka", "s3proxy", "spark")
+
+
+def jar_dir(home: Path, component: str) -> Path:
+    return home / "jars" / component
+
+
+def fetch(home: Path, component: str) -> Path:
+    """Copy ``component``'s runtime jars into the data directory (once); returns the dir."""
+    if component not in COMPONENTS:
+        raise StackError(f"unknown jar component {component!r}; known: {', '.join(COMPONENTS)}")
+    out = jar_dir(home, component)
+    done = out / ".complete"
+    pom = Path(str(resources.files("fennel_dagster.stack").joinpath(f"{component}.xml")))
+    if done.exists() and done.read_text() == pom.read_text():
+        return out
+    require("java")
+    mvn = require("mvn")
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        f"-DoutputDirectory={out}", "-DincludeScope=runtime", "-Dmdep.overWriteIfNewer=true",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise StackError(
+            f"Maven could not fetch the {component} jars (pom {pom.name}):\n"
+            f"{(proc.stdout + proc.stderr)[-3000:]}\n"
+            "Check that Maven Central is reachable and retry `fennel-dagster stack up`."
+        )
+    done.write_text(pom.read_text())
+    return out
+
+
+def classpath(home: Path, component: str) -> str:
+    return str(jar_dir(home, component) / "*")

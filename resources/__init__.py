@@ -1,0 +1,1 @@
+"""Dagster resources of fennel_dagster: Postgres, Kafka, S3, Spark, Hangar."""

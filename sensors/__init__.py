@@ -1,0 +1,1 @@
+"""Dagster sensors of fennel_dagster: commit requests and engine keep-alive."""
