@@ -70,6 +70,12 @@ class Postgres:
         self.root.mkdir(parents=True, exist_ok=True)
         self.sock.mkdir(parents=True, exist_ok=True)
         self._chown(self.root)
+        reach = subprocess.run(self._as_owner(["test", "-w", str(self.root)]))
+        if reach.returncode != 0:
+            raise StackError(
+                f"the cluster's owner (user `postgres`) cannot reach {self.root}: make its parent "
+                "directories traversable (chmod o+x) or set FENNEL_HOME to a directory it can reach"
+            )
         argv = [
             postgres_bin("initdb"), "-D", str(self.data), "-U", self.s.pg_user,
             "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions",
