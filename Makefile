@@ -1,0 +1,28 @@
+# The two commands of the README:
+#   make up    install everything, start the local stack, open the Dagster UI
+#   make test  install everything, start the local stack, run the whole test suite
+VENV := .venv/bin
+
+.PHONY: install up test down status lint
+
+install:
+	@bash scripts/install.sh
+
+up: install
+	$(VENV)/fennel-dagster stack up
+	$(VENV)/fennel-dagster dev
+
+test: install
+	$(VENV)/fennel-dagster stack up
+	$(VENV)/ruff check fennel_dagster assets sensors resources tests
+	$(VENV)/pytest tests -q -p no:cacheprovider
+
+down:
+	@[ ! -x $(VENV)/fennel-dagster ] || $(VENV)/fennel-dagster stack down
+
+status:
+	$(VENV)/fennel-dagster stack status
+
+lint:
+	$(VENV)/ruff check fennel_dagster assets sensors resources tests examples bench
+	$(VENV)/ruff format --check fennel_dagster assets sensors resources tests examples bench
