@@ -132,7 +132,8 @@ class Kafka:
 
         bootstrap = self.endpoint()
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+            quiet = {"bootstrap.servers": bootstrap, "log_level": 0}  # a starting broker is no news
+            admin = AdminClient({**quiet, "socket.timeout.ms": 3000})
             topics = admin.list_topics(timeout=3).topics
             if HEALTH_TOPIC not in topics:
                 fut = admin.create_topics([NewTopic(HEALTH_TOPIC, 1, 1)])[HEALTH_TOPIC]
@@ -143,7 +144,7 @@ class Kafka:
                         raise
             producer = Producer(
                 {
-                    "bootstrap.servers": bootstrap,
+                    **quiet,
                     "transactional.id": f"fennel-stack-health-{self.s.kafka_port}",
                     "transaction.timeout.ms": 10000,
                 }
@@ -155,7 +156,7 @@ class Kafka:
             producer.commit_transaction(10)
             consumer = Consumer(
                 {
-                    "bootstrap.servers": bootstrap,
+                    **quiet,
                     "group.id": "fennel-stack-health",
                     "isolation.level": "read_committed",
                     "enable.auto.commit": False,
