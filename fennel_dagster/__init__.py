@@ -1,1 +1,29 @@
-"""fennel_dagster: a realtime feature platform on Dagster."""
+"""fennel_dagster: a realtime feature platform — Fennel's data plane on Dagster.
+
+from fennel_dagster import dataset, field, pipeline, inputs, featureset, feature, extractor
+"""
+
+from fennel_dagster.declare import (
+    Dataset,
+    DeclarationError,
+    Featureset,
+    commit_spec,
+    dataset,
+    extractor,
+    feature,
+    featureset,
+    field,
+    inputs,
+    meta,
+    outputs,
+    pipeline,
+)
+from fennel_dagster.declare.expectations import expectations
+from fennel_dagster.declare.sources import source
+from fennel_dagster.wire.usercode import includes
+
+__all__ = [
+    "Dataset", "DeclarationError", "Featureset", "commit_spec", "dataset", "expectations",
+    "extractor", "feature", "featureset", "field", "includes", "inputs", "meta", "outputs",
+    "pipeline", "source",
+]  # fmt: skip

@@ -1,0 +1,235 @@
+"""``@dataset``, ``field``, ``@pipeline`` and ``@inputs``, and their IR (``dataset_spec``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from fennel_dagster.declare import lookup as lookup_hook
+from fennel_dagster.declare import registry
+from fennel_dagster.declare.dtypes import to_dtype
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.declare.meta import meta_of
+from fennel_dagster.declare.pipeline import Node, PipelineBuilder
+from fennel_dagster.declare.window import duration
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import capture
+
+T = TypeVar("T")
+
+
+@dataclass
+class Field:
+    """A dataset field; ``UserSpend.spend_7d`` is one (and ``str()`` of it is its name)."""
+
+    key: bool = False
+    timestamp: bool = False
+    description: str = ""
+    name: str = ""
+    dataset: str = ""
+    dtype: Any = None
+
+    def __str__(self) -> str:
+        return self.name
+
+    def qualified(self) -> str:
+        return f"{self.dataset}.{self.name}"
+
+
+def field(key: bool = False, timestamp: bool = False, description: str = "") -> Any:
+    return Field(key=key, timestamp=timestamp, description=description)
+
+
+def inputs(*items: Any) -> Callable[[T], T]:
+    """``@inputs(Txn, User)`` on a pipeline; ``@inputs("uid")`` on an extractor."""
+
+    def mark(fn: T) -> T:
+        target = getattr(fn, "__func__", fn)
+        target.__fennel_inputs__ = items  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def pipeline(fn: Any = None, *, env: str | list[str] | None = None) -> Any:
+    def mark(f: Any) -> Any:
+        target = getattr(f, "__func__", f)
+        target.__fennel_pipeline__ = tuple(sorted([env] if isinstance(env, str) else (env or [])))
+        return classmethod(target) if not isinstance(f, classmethod) else f
+
+    return mark(fn) if fn is not None else mark
+
+
+class Dataset:
+    """Base of every ``@dataset`` class; its IR is ``cls.spec()``."""
+
+    __fennel_dataset_name__: str
+    _spec: spec.DatasetSpec
+
+    @classmethod
+    def spec(cls) -> spec.DatasetSpec:
+        return cls._spec
+
+    @classmethod
+    def lookup(
+        cls, ts: pd.Series, fields: list[str] | None = None, **keys: Any
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        return lookup_hook.lookup(cls.__fennel_dataset_name__, ts, fields, **keys)
+
+
+def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
+    try:
+        hints = typing.get_type_hints(cls)
+    except NameError as e:
+        raise DeclarationError(f"dataset {name}: a field's type cannot be resolved: {e}") from e
+    own = list(cls.__dict__.get("__annotations__", {}))
+    if not own:
+        raise DeclarationError(f"dataset {name} declares no fields: annotate them, e.g. `uid: int`")
+    decls = {n: cls.__dict__.get(n) for n in own}
+    fields = []
+    for n in own:
+        d = decls[n] if isinstance(decls[n], Field) else Field()
+        dtype = to_dtype(hints[n], f"{name}.{n}")
+        if d.key and isinstance(dtype, spec.OptionalType):
+            raise DeclarationError(
+                f"{name}.{n} is a key but Optional: keys cannot be null; declare it as "
+                f"`{n}: {_plain(hints[n])} = field(key=True)`"
+            )
+        fields.append(
+            spec.FieldSpec(n, dtype, key=d.key, timestamp=d.timestamp, description=d.description)
+        )
+    stamps = [f for f in fields if f.timestamp]
+    if len(stamps) > 1:
+        raise DeclarationError(
+            f"dataset {name} marks {len(stamps)} fields with timestamp=True "
+            f"({', '.join(f.name for f in stamps)}): keep exactly one"
+        )
+    for f in stamps:
+        if not isinstance(f.dtype, spec.TimestampType):
+            raise DeclarationError(f"{name}.{f.name} has timestamp=True but is not a datetime")
+    if not stamps:
+        times = [f for f in fields if isinstance(f.dtype, spec.TimestampType) and not f.key]
+        if len(times) != 1:
+            found = ", ".join(f.name for f in times) or "none"
+            raise DeclarationError(
+                f"dataset {name} needs exactly one event-time field: found datetime fields "
+                f"({found}); mark one with field(timestamp=True)"
+            )
+        idx = fields.index(times[0])
+        fields[idx] = spec.FieldSpec(times[0].name, times[0].dtype, timestamp=True,
+                                     description=times[0].description)  # fmt: skip
+    return tuple(fields)
+
+
+def _plain(tp: Any) -> str:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return getattr(args[0], "__name__", str(args[0])) if args else str(tp)
+
+
+def _build_pipeline(cls: type, attr: str, fn: Any, name: str) -> spec.PipelineSpec:
+    where = f"pipeline {name}.{attr}"
+    ins = getattr(fn, "__fennel_inputs__", None)
+    if not ins:
+        raise DeclarationError(
+            f"{where} has no @inputs: add @inputs(<dataset>, ...) below @pipeline"
+        )
+    builder = PipelineBuilder(where)
+    proxies = []
+    names = []
+    for item in ins:
+        ds = getattr(item, "__fennel_dataset_name__", None)
+        if ds is None:
+            raise DeclarationError(f"{where}: @inputs takes @dataset classes, got {item!r}")
+        names.append(ds)
+        proxies.append(builder.add(spec.InputNode(builder.next_id(), ds)))
+    params = list(inspect.signature(fn).parameters)
+    if len(params) != len(proxies) + 1:
+        raise DeclarationError(
+            f"{where} takes {len(params) - 1} input argument(s) but @inputs names {len(proxies)}: "
+            f"write `def {attr}(cls, {', '.join(n.lower() for n in names)})`"
+        )
+    out = fn(cls, *proxies)
+    if not isinstance(out, Node):
+        raise DeclarationError(f"{where} must return the pipeline's result stream, got {out!r}")
+    env = getattr(fn, "__fennel_pipeline__", ())
+    return spec.PipelineSpec(
+        name=attr, dataset=name, inputs=tuple(names), nodes=tuple(builder.nodes), output=out.id,
+        env=env, code=capture(fn),
+    )  # fmt: skip
+
+
+def _is_terminal(pipes: tuple[spec.PipelineSpec, ...]) -> bool:
+    for p in pipes:
+        last = {n.id: n for n in p.nodes}[p.output]
+        if isinstance(last, spec.AggregateNode) and any(
+            a.window.kind in ("continuous", "forever") for a in last.aggs
+        ):
+            return True
+    return False
+
+
+def dataset(
+    cls: type | None = None,
+    *,
+    version: int = 1,
+    index: bool = False,
+    online: bool = True,
+    offline: bool = True,
+    history: str = "730d",
+) -> Any:
+    """Declare a dataset: annotated fields, optional keys, one event time, pipelines."""
+
+    def build(c: type) -> type:
+        name = c.__name__
+        if version < 1:
+            raise DeclarationError(f"dataset {name}: version must be >= 1, got {version}")
+        fields = _dataset_fields(c, name)
+        ns: dict[str, Any] = {
+            k: v for k, v in c.__dict__.items() if k not in ("__dict__", "__weakref__")
+        }
+        for f in fields:
+            ns[f.name] = Field(f.key, f.timestamp, f.description, f.name, name, f.dtype)
+        ns["__fennel_dataset_name__"] = name
+        new = type(name, (Dataset,), ns)
+        pipes = tuple(
+            _build_pipeline(new, attr, getattr(v, "__func__", v), name)
+            for attr, v in sorted(c.__dict__.items())
+            if hasattr(getattr(v, "__func__", v), "__fennel_pipeline__")
+        )
+        exps = [
+            v
+            for v in c.__dict__.values()
+            if getattr(getattr(v, "__func__", v), "__fennel_expectations__", False)
+        ]
+        expectations = None
+        if exps:
+            fn = exps[0].__func__
+            expectations = spec.ExpectationsSpec(version=1, expectations=tuple(fn(new)))
+        new._spec = spec.DatasetSpec(  # type: ignore[attr-defined]
+            name=name, version=version, fields=fields, meta=meta_of(c, inspect.getdoc(c) or ""),
+            index=index, online=online, offline=offline, history=duration(history, f"{name} history"),
+            sources=tuple(getattr(c, "__fennel_sources__", ())), pipelines=pipes,
+            expectations=expectations, terminal=_is_terminal(pipes),
+        )  # fmt: skip
+        registry.register(new._spec)  # type: ignore[attr-defined]
+        return new
+
+    return build(cls) if cls is not None else build
+
+
+def dataset_spec(ds: Any) -> spec.DatasetSpec:
+    """The IR of a ``@dataset`` class (sources attached by ``@source`` above it included)."""
+    base: spec.DatasetSpec = getattr(ds, "_spec", None)  # type: ignore[assignment]
+    if base is None:
+        raise DeclarationError(f"{ds!r} is not a @dataset class")
+    sources = tuple(getattr(ds, "__fennel_sources__", ()))
+    meta = meta_of(ds, base.meta.description)
+    if sources != base.sources or meta != base.meta:
+        base = dataclasses.replace(base, sources=sources, meta=meta)
+    return base

@@ -1,0 +1,156 @@
+"""Python type annotations -> IR dtypes; Fennel's ``struct``, ``Embedding`` and restrictions."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import types
+import typing
+from typing import Any
+
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.wire import spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Embedding:
+    """``Embedding[32]``: a fixed-size float vector."""
+
+    dim: int
+
+    def __class_getitem__(cls, dim: int) -> Embedding:
+        return Embedding(dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decimal:
+    """``Decimal[2]``: a decimal with ``scale`` digits after the point."""
+
+    scale: int
+
+    def __class_getitem__(cls, scale: int) -> Decimal:
+        return Decimal(scale)
+
+
+@dataclasses.dataclass(frozen=True)
+class between:  # noqa: N801 - Fennel's public name
+    dtype: type
+    min: float
+    max: float
+    strict_min: bool = False
+    strict_max: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class oneof:  # noqa: N801
+    dtype: type
+    options: tuple[Any, ...] | list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class regex:  # noqa: N801
+    pattern: str
+
+
+def struct(cls: type) -> type:
+    """Mark a class of annotated fields as a struct type usable in dataset fields."""
+    cls.__fennel_struct__ = True  # type: ignore[attr-defined]
+    return dataclasses.dataclass(cls)
+
+
+_SIMPLE: dict[Any, spec.DType] = {
+    int: spec.IntType(),
+    float: spec.FloatType(),
+    bool: spec.BoolType(),
+    str: spec.StringType(),
+    bytes: spec.BytesType(),
+    dt.datetime: spec.TimestampType(),
+    dt.date: spec.DateType(),
+}
+
+
+def to_dtype(tp: Any, where: str) -> spec.DType:
+    """The IR dtype of annotation ``tp``; ``where`` names the field for error messages."""
+    if isinstance(tp, type) and tp in _SIMPLE:
+        return _SIMPLE[tp]
+    if tp is decimal.Decimal:
+        return spec.DecimalType(scale=2)
+    if isinstance(tp, Decimal):
+        return spec.DecimalType(scale=tp.scale)
+    if isinstance(tp, Embedding):
+        return spec.EmbeddingType(dim=tp.dim)
+    if isinstance(tp, between):
+        base = to_dtype(tp.dtype, where)
+        if not isinstance(base, spec.IntType | spec.FloatType):
+            raise DeclarationError(f"{where}: between() needs int or float, got {tp.dtype!r}")
+        return spec.BetweenType(base, float(tp.min), float(tp.max), tp.strict_min, tp.strict_max)
+    if isinstance(tp, oneof):
+        base = to_dtype(tp.dtype, where)
+        if not isinstance(base, spec.IntType | spec.StringType):
+            raise DeclarationError(f"{where}: oneof() needs int or str, got {tp.dtype!r}")
+        return spec.OneOfType(base, tuple(tp.options))
+    if isinstance(tp, regex):
+        return spec.RegexType(tp.pattern)
+    if isinstance(tp, type) and getattr(tp, "__fennel_struct__", False):
+        hints = typing.get_type_hints(tp)
+        fields = tuple(spec.StructField(n, to_dtype(t, f"{where}.{n}")) for n, t in hints.items())
+        return spec.StructType(tp.__name__, fields)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return spec.OptionalType(to_dtype(rest[0], where))
+        raise DeclarationError(f"{where}: unions other than Optional[T] are not supported: {tp!r}")
+    if origin in (list, typing.List):  # noqa: UP006
+        return spec.ListType(to_dtype(args[0], where))
+    if origin in (dict, typing.Dict):  # noqa: UP006
+        if args[0] is not str:
+            raise DeclarationError(f"{where}: Dict keys must be str, got {args[0]!r}")
+        return spec.MapType(to_dtype(args[1], where))
+    raise DeclarationError(
+        f"{where}: unsupported type {tp!r}; use int, float, bool, str, bytes, datetime, date, "
+        "Decimal[n], Embedding[n], Optional/List/Dict of those, a @struct, between, oneof or regex"
+    )
+
+
+def is_optional(t: spec.DType) -> bool:
+    return isinstance(t, spec.OptionalType)
+
+
+def render(t: spec.DType) -> str:
+    """A dtype as the user would write it (for error messages)."""
+    match t:
+        case spec.IntType():
+            return "int"
+        case spec.FloatType():
+            return "float"
+        case spec.BoolType():
+            return "bool"
+        case spec.StringType():
+            return "str"
+        case spec.BytesType():
+            return "bytes"
+        case spec.TimestampType():
+            return "datetime"
+        case spec.DateType():
+            return "date"
+        case spec.DecimalType(scale=s):
+            return f"Decimal[{s}]"
+        case spec.OptionalType(of=o):
+            return f"Optional[{render(o)}]"
+        case spec.ListType(of=o):
+            return f"List[{render(o)}]"
+        case spec.MapType(of=o):
+            return f"Dict[str, {render(o)}]"
+        case spec.EmbeddingType(dim=d):
+            return f"Embedding[{d}]"
+        case spec.StructType(name=n):
+            return n
+        case spec.BetweenType(of=o, min=lo, max=hi):
+            return f"between({render(o)}, {lo}, {hi})"
+        case spec.OneOfType(of=o, options=opts):
+            return f"oneof({render(o)}, {list(opts)})"
+        case spec.RegexType(pattern=p):
+            return f"regex({p!r})"
+    return repr(t)

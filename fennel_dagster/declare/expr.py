@@ -1,0 +1,341 @@
+"""Expressions: ``col("amount") * 2 > lit(10)``, ``when(...).then(...).otherwise(...)``.
+
+Every builder method returns a new ``Expr`` wrapping an IR node (``wire.spec.Col/Lit/Call/
+When``), so expressions serialise, hash and compile to pandas or Spark without Python code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fennel_dagster.declare.dtypes import to_dtype
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.wire import spec
+
+
+def _ir(value: Any) -> spec.Expr:
+    if isinstance(value, Expr):
+        return value.node
+    return lit(value).node
+
+
+class Expr:
+    __slots__ = ("node",)
+
+    def __init__(self, node: spec.Expr) -> None:
+        self.node = node
+
+    def to_ir(self) -> spec.Expr:
+        return self.node
+
+    def _call(self, fn: str, *args: Any, dtype: spec.DType | None = None) -> Expr:
+        return Expr(spec.Call(fn, (self.node, *(_ir(a) for a in args)), dtype))
+
+    # arithmetic
+    def __add__(self, o: Any) -> Expr:
+        return self._call("add", o)
+
+    def __radd__(self, o: Any) -> Expr:
+        return Expr(spec.Call("add", (_ir(o), self.node)))
+
+    def __sub__(self, o: Any) -> Expr:
+        return self._call("sub", o)
+
+    def __rsub__(self, o: Any) -> Expr:
+        return Expr(spec.Call("sub", (_ir(o), self.node)))
+
+    def __mul__(self, o: Any) -> Expr:
+        return self._call("mul", o)
+
+    def __rmul__(self, o: Any) -> Expr:
+        return Expr(spec.Call("mul", (_ir(o), self.node)))
+
+    def __truediv__(self, o: Any) -> Expr:
+        return self._call("truediv", o)
+
+    def __rtruediv__(self, o: Any) -> Expr:
+        return Expr(spec.Call("truediv", (_ir(o), self.node)))
+
+    def __floordiv__(self, o: Any) -> Expr:
+        return self._call("floordiv", o)
+
+    def __mod__(self, o: Any) -> Expr:
+        return self._call("mod", o)
+
+    def __pow__(self, o: Any) -> Expr:
+        return self._call("pow", o)
+
+    def __neg__(self) -> Expr:
+        return self._call("neg")
+
+    # comparison (``==`` builds an expression, as in polars / Fennel)
+    def __eq__(self, o: Any) -> Expr:  # type: ignore[override]
+        return self._call("eq", o)
+
+    def __ne__(self, o: Any) -> Expr:  # type: ignore[override]
+        return self._call("ne", o)
+
+    def __lt__(self, o: Any) -> Expr:
+        return self._call("lt", o)
+
+    def __le__(self, o: Any) -> Expr:
+        return self._call("le", o)
+
+    def __gt__(self, o: Any) -> Expr:
+        return self._call("gt", o)
+
+    def __ge__(self, o: Any) -> Expr:
+        return self._call("ge", o)
+
+    # boolean
+    def __and__(self, o: Any) -> Expr:
+        return self._call("and", o)
+
+    def __or__(self, o: Any) -> Expr:
+        return self._call("or", o)
+
+    def __invert__(self) -> Expr:
+        return self._call("not")
+
+    def __bool__(self) -> bool:
+        raise DeclarationError(
+            "an expression has no truth value: use & | ~ instead of and/or/not, "
+            "and when(...).then(...) instead of if"
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # nulls and types
+    def isnull(self) -> Expr:
+        return self._call("isnull")
+
+    def fillnull(self, value: Any) -> Expr:
+        return self._call("fillnull", value)
+
+    def astype(self, tp: Any) -> Expr:
+        return self._call("astype", dtype=to_dtype(tp, "astype()"))
+
+    @property
+    def str(self) -> _StrNs:
+        return _StrNs(self)
+
+    @property
+    def dt(self) -> _DtNs:
+        return _DtNs(self)
+
+    @property
+    def num(self) -> _NumNs:
+        return _NumNs(self)
+
+    def abs(self) -> Expr:
+        return self._call("num.abs")
+
+    def round(self, precision: int = 0) -> Expr:
+        return self._call("num.round", precision)
+
+    @property
+    def list(self) -> _ListNs:
+        return _ListNs(self)
+
+    @property
+    def struct(self) -> _StructNs:
+        return _StructNs(self)
+
+    def __repr__(self) -> str:
+        return f"Expr({self.node!r})"
+
+
+class _Ns:
+    prefix = ""
+
+    def __init__(self, e: Expr) -> None:
+        self._e = e
+
+    def _c(self, name: str, *args: Any, dtype: spec.DType | None = None) -> Expr:
+        return self._e._call(f"{self.prefix}.{name}", *args, dtype=dtype)
+
+
+class _StrNs(_Ns):
+    prefix = "str"
+
+    def len(self) -> Expr:
+        return self._c("len")
+
+    def lower(self) -> Expr:
+        return self._c("lower")
+
+    def upper(self) -> Expr:
+        return self._c("upper")
+
+    def strip(self) -> Expr:
+        return self._c("strip")
+
+    def contains(self, s: Any) -> Expr:
+        return self._c("contains", s)
+
+    def startswith(self, s: Any) -> Expr:
+        return self._c("startswith", s)
+
+    def endswith(self, s: Any) -> Expr:
+        return self._c("endswith", s)
+
+    def concat(self, s: Any) -> Expr:
+        return self._c("concat", s)
+
+    def split(self, sep: str) -> Expr:
+        return self._c("split", sep)
+
+    def strptime(self, fmt: str, timezone: str = "UTC") -> Expr:
+        return self._c("strptime", fmt, timezone)
+
+    def json_extract(self, path: str) -> Expr:
+        return self._c("json_extract", path)
+
+
+class _DtNs(_Ns):
+    prefix = "dt"
+
+    def _part(self, name: str) -> Expr:
+        return self._c(name)
+
+    @property
+    def year(self) -> Expr:
+        return self._part("year")
+
+    @property
+    def month(self) -> Expr:
+        return self._part("month")
+
+    @property
+    def day(self) -> Expr:
+        return self._part("day")
+
+    @property
+    def hour(self) -> Expr:
+        return self._part("hour")
+
+    @property
+    def minute(self) -> Expr:
+        return self._part("minute")
+
+    @property
+    def second(self) -> Expr:
+        return self._part("second")
+
+    @property
+    def day_of_week(self) -> Expr:
+        return self._part("day_of_week")
+
+    def since(self, other: Any, unit: str = "second") -> Expr:
+        return self._c("since", other, unit)
+
+    def since_epoch(self, unit: str = "second") -> Expr:
+        return self._c("since_epoch", unit)
+
+    def strftime(self, fmt: str) -> Expr:
+        return self._c("strftime", fmt)
+
+
+class _NumNs(_Ns):
+    prefix = "num"
+
+    def abs(self) -> Expr:
+        return self._c("abs")
+
+    def ceil(self) -> Expr:
+        return self._c("ceil")
+
+    def floor(self) -> Expr:
+        return self._c("floor")
+
+    def round(self, precision: int = 0) -> Expr:
+        return self._c("round", precision)
+
+    def sqrt(self) -> Expr:
+        return self._c("sqrt")
+
+    def log(self) -> Expr:
+        return self._c("log")
+
+    def to_string(self) -> Expr:
+        return self._c("to_string")
+
+
+class _ListNs(_Ns):
+    prefix = "list"
+
+    def len(self) -> Expr:
+        return self._c("len")
+
+    def contains(self, item: Any) -> Expr:
+        return self._c("contains", item)
+
+    def at(self, index: Any) -> Expr:
+        return self._c("at", index)
+
+    def sum(self) -> Expr:
+        return self._c("sum")
+
+    def min(self) -> Expr:
+        return self._c("min")
+
+    def max(self) -> Expr:
+        return self._c("max")
+
+    def mean(self) -> Expr:
+        return self._c("mean")
+
+    def hasnull(self) -> Expr:
+        return self._c("hasnull")
+
+
+class _StructNs(_Ns):
+    prefix = "struct"
+
+    def get(self, field: str) -> Expr:
+        return self._c("get", field)
+
+
+def col(name: str) -> Expr:
+    return Expr(spec.Col(name))
+
+
+def lit(value: Any, type: Any = None) -> Expr:  # noqa: A002 - Fennel's keyword
+    dtype = to_dtype(type, "lit()") if type is not None else None
+    if isinstance(value, dt.datetime):
+        ts = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return Expr(spec.Lit(ts.isoformat(), dtype or spec.TimestampType()))
+    if isinstance(value, dt.date):
+        return Expr(spec.Lit(value.isoformat(), dtype or spec.DateType()))
+    if value is None or isinstance(value, bool | int | float | str):
+        return Expr(spec.Lit(value, dtype))
+    raise DeclarationError(
+        f"lit({value!r}): literals are None, bool, int, float, str, date or datetime"
+    )
+
+
+class _When:
+    def __init__(self, cases: tuple[tuple[spec.Expr, spec.Expr], ...], cond: spec.Expr) -> None:
+        self._cases, self._cond = cases, cond
+
+    def then(self, value: Any) -> _Then:
+        return _Then((*self._cases, (self._cond, _ir(value))))
+
+
+class _Then(Expr):
+    __slots__ = ("_cases",)
+
+    def __init__(self, cases: tuple[tuple[spec.Expr, spec.Expr], ...]) -> None:
+        super().__init__(spec.When(cases, spec.Lit(None)))
+        self._cases = cases
+
+    def when(self, cond: Any) -> _When:
+        return _When(self._cases, _ir(cond))
+
+    def otherwise(self, value: Any) -> Expr:
+        return Expr(spec.When(self._cases, _ir(value)))
+
+
+def when(cond: Any) -> _When:
+    return _When((), _ir(cond))

@@ -1,0 +1,221 @@
+"""``@featureset``, ``feature`` and ``@extractor``/``@outputs``, and their IR."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fennel_dagster.declare.dataset import Field
+from fennel_dagster.declare.dtypes import to_dtype
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.declare.expr import Expr
+from fennel_dagster.declare.meta import meta_of
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import capture
+
+T = TypeVar("T")
+
+
+@dataclass
+class Feature:
+    """A feature; ``User.spend_7d`` is one (``str()`` gives ``"User.spend_7d"``)."""
+
+    ref: Any = None  # a dataset Field (lookup), a Feature (alias) or an Expr
+    default: Any = None
+    version: int = 0
+    description: str = ""
+    name: str = ""
+    featureset: str = ""
+
+    def fqn(self) -> str:
+        return f"{self.featureset}.{self.name}"
+
+    def __str__(self) -> str:
+        return self.fqn()
+
+
+def feature(ref: Any = None, default: Any = None, version: int = 0, description: str = "") -> Any:
+    return Feature(ref=ref, default=default, version=version, description=description)
+
+
+def outputs(*items: Any) -> Callable[[T], T]:
+    def mark(fn: T) -> T:
+        target = getattr(fn, "__func__", fn)
+        target.__fennel_outputs__ = items  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def extractor(
+    fn: Any = None, *, deps: list[Any] | None = None, version: int = 0, env: Any = None
+) -> Any:
+    def mark(f: Any) -> Any:
+        target = getattr(f, "__func__", f)
+        target.__fennel_extractor__ = {
+            "deps": tuple(deps or ()),
+            "version": version,
+            "env": tuple(sorted([env] if isinstance(env, str) else (env or []))),
+        }
+        return classmethod(target)
+
+    return mark(fn) if fn is not None else mark
+
+
+class Featureset:
+    __fennel_featureset_name__: str
+    _spec: spec.FeaturesetSpec
+
+    @classmethod
+    def spec(cls) -> spec.FeaturesetSpec:
+        return cls._spec
+
+
+def _feature_name(item: Any, fs: str, where: str) -> str:
+    if isinstance(item, Feature):
+        return item.fqn()
+    if isinstance(item, str):
+        return item if "." in item else f"{fs}.{item}"
+    raise DeclarationError(f"{where}: name features as strings or Featureset.feature, got {item!r}")
+
+
+def _extractor(fs: str, attr: str, fn: Any, features: dict[str, Feature]) -> spec.ExtractorSpec:
+    where = f"extractor {fs}.{attr}"
+    cfg = fn.__fennel_extractor__
+    ins = tuple(_feature_name(i, fs, where) for i in getattr(fn, "__fennel_inputs__", ()))
+    outs_raw = getattr(fn, "__fennel_outputs__", None)
+    if not outs_raw:
+        raise DeclarationError(f"{where} has no @outputs: name the features it computes")
+    outs = []
+    for o in outs_raw:
+        full = _feature_name(o, fs, where)
+        owner, short = full.split(".", 1)
+        if owner != fs or short not in features:
+            raise DeclarationError(
+                f"{where} outputs {full}, which is not a feature of {fs}: an extractor computes "
+                f"only its own featureset's features ({', '.join(features)})"
+            )
+        outs.append(short)
+    params = list(inspect.signature(fn).parameters)
+    if len(params) != len(ins) + 2:
+        raise DeclarationError(
+            f"{where} takes {len(params)} parameters but needs cls, ts and one per input "
+            f"({len(ins)}): write `def {attr}(cls, ts, {', '.join(i.split('.')[1] for i in ins)})`"
+        )
+    deps = []
+    for d in cfg["deps"]:
+        name = getattr(d, "__fennel_dataset_name__", None)
+        if name is None:
+            raise DeclarationError(f"{where}: deps= takes @dataset classes, got {d!r}")
+        deps.append(name)
+    return spec.ExtractorSpec(
+        name=attr, featureset=fs, kind="python", inputs=ins, outputs=tuple(outs),
+        version=cfg["version"], deps=tuple(sorted(deps)), code=capture(fn), env=cfg["env"],
+        meta=meta_of(fn),
+    )  # fmt: skip
+
+
+def _auto_extractor(fs: str, f: Feature, features: dict[str, Feature]) -> spec.ExtractorSpec:
+    where = f"feature {fs}.{f.name}"
+    ref = f.ref
+    name = f"_auto_{f.name}"
+    if isinstance(ref, Field):
+        from fennel_dagster.declare.registry import dataset_keys
+
+        keys = dataset_keys(ref.dataset)
+        missing = [k for k in keys if k not in features]
+        if missing:
+            raise DeclarationError(
+                f"{where} looks up {ref.qualified()}, keyed by {', '.join(keys)}, but {fs} has no "
+                f"feature named {', '.join(missing)}: add `{missing[0]}: <type>` to {fs}"
+            )
+        return spec.ExtractorSpec(
+            name=name, featureset=fs, kind="lookup", inputs=tuple(f"{fs}.{k}" for k in keys),
+            outputs=(f.name,), version=f.version, deps=(ref.dataset,),
+            lookup_dataset=ref.dataset, lookup_field=ref.name, default=f.default,
+        )  # fmt: skip
+    if isinstance(ref, Feature):
+        return spec.ExtractorSpec(
+            name=name, featureset=fs, kind="alias", inputs=(ref.fqn(),), outputs=(f.name,),
+            version=f.version,
+        )  # fmt: skip
+    if isinstance(ref, Expr):
+        cols = sorted(_columns(ref.to_ir()))
+        unknown = [c for c in cols if c not in features]
+        if unknown:
+            raise DeclarationError(
+                f"{where}: its expression uses {', '.join(unknown)}, not features of {fs}"
+            )
+        return spec.ExtractorSpec(
+            name=name, featureset=fs, kind="expr", inputs=tuple(f"{fs}.{c}" for c in cols),
+            outputs=(f.name,), version=f.version, expr=ref.to_ir(), default=f.default,
+        )  # fmt: skip
+    raise DeclarationError(
+        f"{where}: feature(...) takes a dataset field (lookup), another feature (alias) or an "
+        f"expression, got {ref!r}"
+    )
+
+
+def _columns(e: spec.Expr) -> set[str]:
+    match e:
+        case spec.Col(name=n):
+            return {n}
+        case spec.Call(args=args):
+            return set().union(*(_columns(a) for a in args)) if args else set()
+        case spec.When(cases=cases, otherwise=o):
+            out = _columns(o)
+            for c, v in cases:
+                out |= _columns(c) | _columns(v)
+            return out
+    return set()
+
+
+def featureset(cls: type) -> type:
+    name = cls.__name__
+    hints = typing.get_type_hints(cls)
+    own = list(cls.__dict__.get("__annotations__", {}))
+    if not own:
+        raise DeclarationError(
+            f"featureset {name} declares no features: annotate them, e.g. `uid: int`"
+        )
+    ns: dict[str, Any] = {
+        k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")
+    }
+    features: dict[str, Feature] = {}
+    for n in own:
+        decl = cls.__dict__.get(n)
+        f = dataclasses.replace(decl) if isinstance(decl, Feature) else Feature()
+        f.name, f.featureset = n, name
+        features[n] = f
+        ns[n] = f
+    ns["__fennel_featureset_name__"] = name
+    new = type(name, (Featureset,), ns)
+    specs = tuple(
+        spec.FeatureSpec(n, to_dtype(hints[n], f"{name}.{n}"), f.version, f.default, f.description)
+        for n, f in features.items()
+    )
+    extractors = [
+        _extractor(name, attr, v.__func__, features)
+        for attr, v in sorted(cls.__dict__.items())
+        if hasattr(getattr(v, "__func__", v), "__fennel_extractor__")
+    ]
+    extractors += [
+        _auto_extractor(name, f, features) for f in features.values() if f.ref is not None
+    ]
+    new._spec = spec.FeaturesetSpec(  # type: ignore[attr-defined]
+        name=name, features=specs, extractors=tuple(sorted(extractors, key=lambda e: e.name)),
+        meta=meta_of(cls, inspect.getdoc(cls) or ""),
+    )  # fmt: skip
+    return new
+
+
+def featureset_spec(fs: Any) -> spec.FeaturesetSpec:
+    base: spec.FeaturesetSpec | None = getattr(fs, "_spec", None)
+    if base is None:
+        raise DeclarationError(f"{fs!r} is not a @featureset class")
+    meta = meta_of(fs, base.meta.description)
+    return base if meta == base.meta else dataclasses.replace(base, meta=meta)

@@ -1,0 +1,225 @@
+"""The operator language of ``@pipeline`` bodies: each call appends one IR node.
+
+A pipeline function runs once, at declaration time, on ``Node`` proxies; what it returns
+is the terminal node of a DAG whose nodes are numbered "n0", "n1", ... in creation order
+(so the same function always yields the same IR). Schemas are not tracked here: the
+definition server infers them from the IR and reports mismatches with every detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fennel_dagster.declare.aggregate import Aggregation
+from fennel_dagster.declare.dtypes import to_dtype
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.declare.expr import Expr
+from fennel_dagster.declare.window import Session, Tumbling, Window, duration
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import capture
+
+
+class PipelineBuilder:
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.nodes: list[spec.Node] = []
+
+    def next_id(self) -> str:
+        return f"n{len(self.nodes)}"
+
+    def add(self, node: spec.Node) -> Node:
+        self.nodes.append(node)
+        return Node(self, node.id)
+
+
+def _names(cols: tuple[Any, ...] | list[Any], where: str) -> tuple[str, ...]:
+    out = []
+    for c in cols:
+        if isinstance(c, list | tuple):
+            out.extend(_names(c, where))
+        else:
+            out.append(str(c))
+    return tuple(out)
+
+
+class Node:
+    """A stream inside a pipeline body: ``txn.filter(...).groupby("uid").aggregate(...)``."""
+
+    def __init__(self, builder: PipelineBuilder, node_id: str) -> None:
+        self._b, self.id = builder, node_id
+
+    def _where(self, op: str) -> str:
+        return f"{self._b.where} ({op})"
+
+    def filter(self, predicate: Expr | Callable[..., Any]) -> Node:
+        if isinstance(predicate, Expr):
+            node = spec.FilterNode(self._b.next_id(), self.id, predicate=predicate.to_ir())
+        elif callable(predicate):
+            node = spec.FilterNode(self._b.next_id(), self.id, code=capture(predicate))
+        else:
+            raise DeclarationError(f"{self._where('filter')}: pass an expression or a function")
+        return self._b.add(node)
+
+    def assign(self, *args: Any, **exprs: Expr) -> Node:
+        columns: list[spec.AssignColumn] = []
+        if args:
+            if len(args) != 3 or exprs:
+                raise DeclarationError(
+                    f"{self._where('assign')}: use assign(name, type, function) or "
+                    "assign(name=expression.astype(type), ...)"
+                )
+            name, tp, fn = args
+            dtype = to_dtype(tp, f"{self._b.where}.assign({name!r})")
+            columns.append(spec.AssignColumn(str(name), dtype, code=capture(fn)))
+        for name, e in sorted(exprs.items()):
+            ir = e.to_ir() if isinstance(e, Expr) else None
+            if not (isinstance(ir, spec.Call) and ir.fn == "astype" and ir.dtype is not None):
+                raise DeclarationError(
+                    f"{self._where('assign')}: the expression for '{name}' must end with "
+                    f".astype(<type>) so the column's type is declared, e.g. "
+                    f"assign({name}=(col('a') * 2).astype(float))"
+                )
+            columns.append(spec.AssignColumn(name, ir.dtype, expr=ir))
+        if not columns:
+            raise DeclarationError(f"{self._where('assign')}: nothing to assign")
+        return self._b.add(spec.AssignNode(self._b.next_id(), self.id, tuple(columns)))
+
+    def transform(self, fn: Callable[..., Any], schema: dict[str, Any] | None = None) -> Node:
+        if schema is None:
+            raise DeclarationError(
+                f"{self._where('transform')}: pass schema={{field: type, ...}} of the output"
+            )
+        fields = tuple(
+            spec.FieldSpec(n, to_dtype(t, f"{self._b.where}.transform schema '{n}'"))
+            for n, t in schema.items()
+        )
+        return self._b.add(spec.TransformNode(self._b.next_id(), self.id, capture(fn), fields))
+
+    def join(
+        self,
+        other: Any,
+        how: str = "left",
+        on: list[str] | None = None,
+        left_on: list[str] | None = None,
+        right_on: list[str] | None = None,
+        within: tuple[str, str] = ("forever", "0s"),
+        fields: list[str] | None = None,
+    ) -> Node:
+        right = getattr(other, "__fennel_dataset_name__", None)
+        if isinstance(other, Node):
+            src = next(n for n in self._b.nodes if n.id == other.id)
+            right = src.dataset if isinstance(src, spec.InputNode) else None
+        if right is None:
+            raise DeclarationError(
+                f"{self._where('join')}: the right side of a join must be a keyed input dataset of this pipeline, as it was passed in (not a derived stream)"
+            )
+        if how not in ("left", "inner"):
+            raise DeclarationError(f"{self._where('join')}: how={how!r}; use 'left' or 'inner'")
+        if on is not None and (left_on or right_on):
+            raise DeclarationError(
+                f"{self._where('join')}: give on= or left_on=/right_on=, not both"
+            )
+        lo, ro = (on, on) if on is not None else (left_on, right_on)
+        if not lo or not ro or len(lo) != len(ro):
+            raise DeclarationError(
+                f"{self._where('join')}: name the join columns with on=[...] or with "
+                "left_on=[...] and right_on=[...] of equal length"
+            )
+        before, after = within
+        before_s = None if str(before).lower() == "forever" else duration(before, "join within")
+        node = spec.JoinNode(
+            id=self._b.next_id(), input=self.id, right=right, how=how,  # type: ignore[arg-type]
+            left_on=_names(lo, ""), right_on=_names(ro, ""),
+            within_before=before_s, within_after=duration(after, "join within"),
+            fields=tuple(fields or ()),
+        )  # fmt: skip
+        return self._b.add(node)
+
+    def groupby(self, *keys: Any, window: Window | None = None) -> GroupBy:
+        names = _names(keys, "")
+        if not names:
+            raise DeclarationError(f"{self._where('groupby')}: name at least one key field")
+        return GroupBy(self, names, window)
+
+    def dedup(self, by: list[str] | str | None = None, window: Window | None = None) -> Node:
+        if window is not None and not isinstance(window, Tumbling | Session):
+            raise DeclarationError(f"{self._where('dedup')}: window must be Tumbling or Session")
+        cols = (by,) if isinstance(by, str) else tuple(by or ())
+        ir_window = window.to_ir() if window is not None else None
+        return self._b.add(spec.DedupNode(self._b.next_id(), self.id, cols, ir_window))
+
+    def explode(self, *columns: Any) -> Node:
+        return self._b.add(spec.ExplodeNode(self._b.next_id(), self.id, _names(columns, "")))
+
+    def drop(self, *columns: Any) -> Node:
+        return self._b.add(spec.DropNode(self._b.next_id(), self.id, _names(columns, "")))
+
+    def dropnull(self, *columns: Any) -> Node:
+        return self._b.add(spec.DropNullNode(self._b.next_id(), self.id, _names(columns, "")))
+
+    def select(self, *columns: Any) -> Node:
+        return self._b.add(spec.SelectNode(self._b.next_id(), self.id, _names(columns, "")))
+
+    def rename(self, mapping: dict[str, str]) -> Node:
+        pairs = tuple(sorted((str(k), str(v)) for k, v in mapping.items()))
+        return self._b.add(spec.RenameNode(self._b.next_id(), self.id, pairs))
+
+    def changelog(self, delete_column: str) -> Node:
+        return self._b.add(spec.ChangelogNode(self._b.next_id(), self.id, delete_column))
+
+    def union(self, *others: Node) -> Node:
+        return self._b.add(spec.UnionNode(self._b.next_id(), (self.id, *(o.id for o in others))))
+
+    def __add__(self, other: Node) -> Node:
+        return self.union(other)
+
+
+class GroupBy:
+    def __init__(self, node: Node, keys: tuple[str, ...], window: Window | None) -> None:
+        self._node, self._keys, self._window = node, keys, window
+
+    def aggregate(
+        self,
+        *aggs: Aggregation,
+        emit: str = "eager",
+        along: str | None = None,
+        **named: Aggregation,
+    ) -> Node:
+        b = self._node._b
+        where = f"{b.where} (aggregate)"
+        items: list[tuple[str, Aggregation]] = []
+        for agg in aggs:
+            if not agg.into_field:
+                raise DeclarationError(
+                    f"{where}: {type(agg).__name__}(...) passed positionally needs into_field=; "
+                    "or pass it by name: aggregate(total=Sum(of='amount', window=...))"
+                )
+            items.append((agg.into_field, agg))
+        items.extend(sorted(named.items()))
+        if not items:
+            raise DeclarationError(f"{where}: give at least one aggregation")
+        if emit not in ("eager", "final"):
+            raise DeclarationError(f"{where}: emit={emit!r}; use 'eager' or 'final'")
+        specs = []
+        for into, agg in items:
+            if agg.window is None and self._window is not None:
+                agg.window = self._window
+            specs.append(agg.to_ir(into, where))
+        node = spec.AggregateNode(
+            b.next_id(),
+            self._node.id,
+            self._keys,
+            tuple(specs),
+            emit,
+            along,  # type: ignore[arg-type]
+        )
+        return b.add(node)
+
+    def first(self) -> Node:
+        b = self._node._b
+        return b.add(spec.FirstNode(b.next_id(), self._node.id, self._keys))
+
+    def latest(self) -> Node:
+        b = self._node._b
+        return b.add(spec.LatestNode(b.next_id(), self._node.id, self._keys))

@@ -1,0 +1,160 @@
+"""Connectors and ``@source``: where a dataset's rows come from, as in Fennel.
+
+Credentials never enter the IR: configuration keys that hold secrets are dropped and the
+connection is known by its ``name``, which the deployment maps to real credentials.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.declare.expr import Expr
+from fennel_dagster.declare.window import duration
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import capture
+
+T = TypeVar("T")
+_SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "sasl")
+_CDC = ("append", "upsert", "debezium", "native")
+
+
+def _pairs(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in config.items()
+            if v is not None and not any(w in k.lower() for w in _SECRET_WORDS)
+        )
+    )
+
+
+class Connector:
+    """A reference to data inside a connection (a topic, a table, a path, an endpoint)."""
+
+    def __init__(self, kind: str, name: str, config: dict[str, Any]) -> None:
+        self.kind, self.name, self.config = kind, name, config
+
+    def to_ir(self) -> spec.ConnectorSpec:
+        return spec.ConnectorSpec(kind=self.kind, name=self.name, config=_pairs(self.config))  # type: ignore[arg-type]
+
+
+class Kafka:
+    def __init__(self, name: str, bootstrap_servers: str = "", **options: Any) -> None:
+        self.name, self.bootstrap_servers, self.options = name, bootstrap_servers, options
+
+    def topic(self, topic: str, format: str = "json") -> Connector:  # noqa: A002
+        cfg = {
+            "topic": topic,
+            "format": format,
+            "bootstrap_servers": self.bootstrap_servers or None,
+        }
+        return Connector("kafka", self.name, {**self.options, **cfg})
+
+
+class S3:
+    def __init__(self, name: str, **options: Any) -> None:
+        self.name, self.options = name, options
+
+    def bucket(
+        self,
+        bucket_name: str,
+        prefix: str | None = None,
+        path: str | None = None,
+        format: str = "csv",  # noqa: A002
+        delimiter: str | None = None,
+    ) -> Connector:
+        if (prefix is None) == (path is None):
+            raise DeclarationError(
+                f"S3 {self.name}.bucket({bucket_name!r}): give exactly one of prefix= or path="
+            )
+        cfg = {"bucket": bucket_name, "prefix": prefix, "path": path, "format": format,
+               "delimiter": delimiter}  # fmt: skip
+        return Connector("s3", self.name, {**self.options, **cfg})
+
+
+class Postgres:
+    def __init__(
+        self, name: str, host: str = "", db_name: str = "", port: int = 5432, **options: Any
+    ) -> None:
+        self.name = name
+        self.options = {"host": host or None, "db_name": db_name or None, "port": port, **options}
+
+    def table(self, table_name: str, cursor: str) -> Connector:
+        return Connector(
+            "postgres", self.name, {**self.options, "table": table_name, "cursor": cursor}
+        )
+
+
+class Webhook:
+    def __init__(self, name: str, retention: str = "7d") -> None:
+        self.name, self.retention = name, duration(retention, f"Webhook {name} retention")
+
+    def endpoint(self, endpoint: str) -> Connector:
+        return Connector("webhook", self.name, {"endpoint": endpoint, "retention": self.retention})
+
+
+def _instant(value: dt.datetime | str | None, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError as e:
+            raise DeclarationError(f"{where}: {value!r} is not an ISO-8601 instant") from e
+    return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).isoformat()
+
+
+def source(
+    conn: Connector,
+    disorder: str | int = "14d",
+    cdc: str = "append",
+    every: str | None = None,
+    since: dt.datetime | str | None = None,
+    until: dt.datetime | str | None = None,
+    env: str | list[str] | None = None,
+    preproc: dict[str, Any] | None = None,
+    where: Expr | Callable[..., Any] | None = None,
+    bounded: bool = False,
+    idleness: str | None = None,
+) -> Callable[[T], T]:
+    """Attach a source to a dataset (placed above ``@dataset``, as in Fennel)."""
+    if not isinstance(conn, Connector):
+        raise DeclarationError(
+            f"@source needs a connector reference such as Kafka(...).topic('t'), got {conn!r}"
+        )
+    if cdc not in _CDC:
+        raise DeclarationError(f"@source(cdc={cdc!r}): use one of {', '.join(_CDC)}")
+
+    def attach(cls: T) -> T:
+        name = getattr(cls, "__name__", "?")
+        where_ir: spec.Expr | spec.UserCode | None
+        if where is None:
+            where_ir = None
+        elif isinstance(where, Expr):
+            where_ir = where.to_ir()
+        else:
+            where_ir = capture(where)
+        pre: list[tuple[str, Any]] = []
+        for field_name, value in sorted((preproc or {}).items()):
+            pre.append((field_name, value.to_ir() if isinstance(value, Expr) else spec.Lit(value)))
+        src = spec.SourceSpec(
+            connector=conn.to_ir(),
+            cdc=cdc,  # type: ignore[arg-type]
+            disorder=duration(disorder, f"{name} @source disorder"),
+            every=duration(every, f"{name} @source every") if every else None,
+            since=_instant(since, f"{name} @source since"),
+            until=_instant(until, f"{name} @source until"),
+            env=tuple(sorted([env] if isinstance(env, str) else (env or []))),
+            preproc=tuple(pre),
+            where=where_ir,
+            bounded=bounded,
+            idleness=duration(idleness, f"{name} @source idleness") if idleness else None,
+        )
+        existing = list(getattr(cls, "__fennel_sources__", ()))
+        cls.__fennel_sources__ = (*existing, src)  # type: ignore[attr-defined]
+        return cls
+
+    return attach

@@ -1,0 +1,182 @@
+"""User functions shipped as canonical source text, and loaded back in a fresh process.
+
+``capture`` turns a function or lambda into a ``spec.UserCode``:
+- ``source`` is the function re-printed by ``ast.unparse`` without its decorators (so
+  formatting and comments never change the bytes), or the lambda expression alone, found in
+  its file by matching compiled bytecode (so several lambdas on one line are told apart);
+- ``preamble`` holds the defining module's top-level import statements and the sources of
+  helpers named with ``@includes``.
+
+``load`` executes the preamble and the source in a new namespace that the executor seeds with
+runtime handles for the entities the code names (datasets for ``lookup``, featuresets), so the
+user's repository need not be importable where the code runs. Imports that fail there (the
+user's own modules) are skipped: names they would bind must come from the seeded namespace.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fennel_dagster.wire.spec import UserCode
+
+
+class UserCodeError(ValueError):
+    """User code that cannot be captured (no source) or loaded (syntax, missing name)."""
+
+
+def includes(*helpers: Callable[..., Any]) -> Callable[[Any], Any]:
+    """``@includes(helper)``: ship ``helper``'s source along with the decorated function."""
+
+    def mark(fn: Any) -> Any:
+        target = getattr(fn, "__func__", fn)
+        target.__fennel_includes__ = tuple(helpers)
+        return fn
+
+    return mark
+
+
+def capture(fn: Callable[..., Any]) -> UserCode:
+    fn = getattr(fn, "__func__", fn)
+    if not callable(fn) or not hasattr(fn, "__code__"):
+        raise UserCodeError(f"{fn!r} is not a Python function")
+    if fn.__name__ == "<lambda>":
+        return UserCode(source=_lambda_source(fn), entrypoint="", preamble=_preamble(fn))
+    try:
+        text = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise UserCodeError(
+            f"cannot read the source of {fn.__qualname__}: define it in a .py file "
+            "(functions typed into a REPL have no source to ship)"
+        ) from e
+    tree = ast.parse(text)
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        raise UserCodeError(f"{fn.__qualname__}: expected a def, found {type(node).__name__}")
+    node.decorator_list = []
+    return UserCode(source=ast.unparse(node), entrypoint=node.name, preamble=_preamble(fn))
+
+
+def _lambda_source(fn: Any) -> str:
+    filename = fn.__code__.co_filename
+    lines = linecache.getlines(filename)
+    if not lines:
+        raise UserCodeError(f"cannot read the source of a lambda defined in {filename}")
+    tree = ast.parse("".join(lines))
+    line = fn.__code__.co_firstlineno
+    candidates = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line]
+    args = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    same_args = [n for n in candidates if tuple(a.arg for a in n.args.args) == args]
+    if len(same_args) > 1:  # several lambdas on one line: tell them apart by what they compute
+        consts = {c for c in fn.__code__.co_consts if not hasattr(c, "co_code")}
+        same_args = [n for n in same_args if _lambda_consts(n) == consts]
+    if len(same_args) != 1:
+        raise UserCodeError(
+            f"cannot tell which lambda of {filename}:{line} this is: put each lambda on its own "
+            "line, or use a def"
+        )
+    return ast.unparse(same_args[0])
+
+
+def _lambda_consts(node: ast.Lambda) -> set[object]:
+    code = compile(ast.Expression(node), "<lambda>", "eval")
+    inner = next(c for c in code.co_consts if hasattr(c, "co_code"))
+    return {c for c in inner.co_consts if not hasattr(c, "co_code")}
+
+
+def _referenced_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= _referenced_names(const)
+    return names
+
+
+def _literal(name: str, value: object, owner: str) -> str:
+    text = repr(value)
+    try:
+        same = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise UserCodeError(
+            f"{owner} uses {name!r}, a {type(value).__name__} that cannot be shipped as source: "
+            "make it a module-level import, a literal constant, or an @includes helper"
+        )
+    return f"{name} = {text}"
+
+
+def _captured_values(fn: Any) -> list[str]:
+    """Closure variables and module constants the function reads, as assignments."""
+    owner = fn.__qualname__
+    lines = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        lines.append(_literal(name, cell.cell_contents, owner))
+    module_globals = fn.__globals__
+    for name in sorted(_referenced_names(fn.__code__)):
+        value = module_globals.get(name, _ABSENT)
+        if value is _ABSENT or callable(value) or inspect.ismodule(value):
+            continue
+        if (
+            isinstance(
+                value, bool | int | float | str | bytes | tuple | list | dict | set | frozenset
+            )
+            or value is None
+        ):
+            lines.append(_literal(name, value, owner))
+    return lines
+
+
+_ABSENT = object()
+
+
+def _preamble(fn: Any) -> str:
+    parts: list[str] = []
+    module = sys.modules.get(fn.__module__)
+    if module is not None:
+        try:
+            tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Import | ast.ImportFrom) and not (
+                isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+            ):
+                parts.append(ast.unparse(stmt))
+    for helper in getattr(fn, "__fennel_includes__", ()):
+        parts.append(capture(helper).source)
+    parts.extend(_captured_values(fn))
+    return "\n".join(parts)
+
+
+def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """The callable that ``code`` defines, with ``namespace`` names visible to it."""
+    seeded = dict(namespace or {})
+    env: dict[str, Any] = {"__name__": "fennel_usercode"}
+    for stmt in _statements(code.preamble):
+        try:
+            exec(compile(stmt, "<fennel preamble>", "exec"), env)  # noqa: S102
+        except ImportError:
+            continue  # the user's own modules: their names come from ``namespace``
+    env.update(seeded)
+    try:
+        if not code.entrypoint:
+            return eval(compile(code.source, "<fennel lambda>", "eval"), env)  # type: ignore[no-any-return]  # noqa: S307
+        exec(compile(code.source, f"<fennel {code.entrypoint}>", "exec"), env)  # noqa: S102
+    except SyntaxError as e:
+        raise UserCodeError(f"shipped code does not compile: {e}") from e
+    fn = env.get(code.entrypoint)
+    if not callable(fn):
+        raise UserCodeError(f"shipped code defines no function {code.entrypoint!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def _statements(preamble: str) -> list[str]:
+    if not preamble.strip():
+        return []
+    return [ast.unparse(s) for s in ast.parse(preamble).body]
