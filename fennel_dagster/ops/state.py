@@ -11,6 +11,7 @@ named after the job and operator node id.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -97,10 +98,14 @@ _MISSING = object()
 
 
 class MemoryState:
-    """An in-process ``StateStore``: the mock client's hangar, and the reference in tests."""
+    """An in-process ``StateStore``: the mock client's hangar, and the reference in tests.
+
+    Keeps a sorted key list per namespace so range scans cost O(log n + hits), as in RocksDB.
+    """
 
     def __init__(self) -> None:
         self._data: dict[str, dict[bytes, bytes]] = {}
+        self._order: dict[str, list[bytes]] = {}
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
         return self._data.get(namespace, {}).get(key)
@@ -113,12 +118,20 @@ class MemoryState:
         self, namespace: str, start: bytes, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
         ns = self._data.get(namespace, {})
-        for key in sorted(k for k in ns if k >= start and (end is None or k < end)):
+        order = self._order.get(namespace, [])
+        i = bisect.bisect_left(order, start)
+        stop = len(order) if end is None else bisect.bisect_left(order, end)
+        for key in order[i:stop]:
             yield key, ns[key]
 
     def apply(self, batch: WriteBatch) -> None:
         for ns, key, value in batch.items():
+            data = self._data.setdefault(ns, {})
+            order = self._order.setdefault(ns, [])
             if value is None:
-                self._data.get(ns, {}).pop(key, None)
+                if data.pop(key, None) is not None:
+                    del order[bisect.bisect_left(order, key)]
             else:
-                self._data.setdefault(ns, {})[key] = value
+                if key not in data:
+                    bisect.insort(order, key)
+                data[key] = value

@@ -1,0 +1,277 @@
+"""Runs a pipeline's operator DAG on one batch of one input: the engine's and the mock's code.
+
+``PipelineExecutor.run(input_dataset, batch, state)`` returns the output rows and the state
+mutations (a ``WriteBatch``) of every stateful operator; nothing is written to ``state``.
+Row-level failures of user code are collected as ``RowError``s, never raised, so one bad row
+cannot stop a stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from fennel_dagster.ops import aggregate, index
+from fennel_dagster.ops.expr import astype, evaluate
+from fennel_dagster.ops.keys import key_prefix, micros
+from fennel_dagster.ops.rows import json_value
+from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import load
+
+
+@dataclass
+class RowError:
+    dataset: str
+    operator: str
+    reason: str
+    row: dict[str, Any]
+
+
+@dataclass
+class BatchResult:
+    rows: pd.DataFrame
+    writes: WriteBatch
+    errors: list[RowError] = field(default_factory=list)
+    late: int = 0
+
+
+class PipelineError(RuntimeError):
+    """A pipeline that cannot run a batch at all (not a bad row: a bad declaration)."""
+
+
+class PipelineExecutor:
+    def __init__(
+        self, pipeline: spec.PipelineSpec, datasets: Mapping[str, spec.DatasetSpec]
+    ) -> None:
+        self.p = pipeline
+        self.datasets = datasets
+        self.scope = f"{pipeline.dataset}.{pipeline.name}"
+        self._code: dict[int, Callable[..., Any]] = {}
+
+    def _fn(self, code: spec.UserCode) -> Callable[..., Any]:
+        key = id(code)
+        if key not in self._code:
+            self._code[key] = load(code)
+        return self._code[key]
+
+    def _where(self, node: spec.Node) -> str:
+        return f"{self.scope} ({type(node).__name__.removesuffix('Node').lower()} {node.id})"
+
+    def run(self, input_dataset: str, batch: pd.DataFrame, state: StateReader) -> BatchResult:
+        wb = WriteBatch()
+        res = BatchResult(pd.DataFrame(), wb)
+        frames: dict[str, pd.DataFrame | None] = {}
+        ts_of: dict[str, str] = {}
+        for node in self.p.nodes:
+            if isinstance(node, spec.InputNode):
+                ds = self.datasets[node.dataset]
+                ts_of[node.id] = ds.timestamp
+                frames[node.id] = (
+                    batch.reset_index(drop=True) if node.dataset == input_dataset else None
+                )
+                continue
+            if isinstance(node, spec.UnionNode):
+                parts = [frames[i] for i in node.inputs if frames[i] is not None]
+                ts_of[node.id] = ts_of[node.inputs[0]]
+                frames[node.id] = pd.concat(parts, ignore_index=True) if parts else None
+                continue
+            src = frames[node.input]
+            ts_col = ts_of[node.input]
+            ts_of[node.id] = ts_col
+            if src is None:
+                frames[node.id] = None
+                continue
+            frames[node.id] = self._apply(node, src.reset_index(drop=True), ts_col, state, wb, res)
+        out = frames[self.p.output]
+        res.rows = out if out is not None else pd.DataFrame()
+        return res
+
+    def _apply(
+        self,
+        node: spec.Node,
+        df: pd.DataFrame,
+        ts: str,
+        state: StateReader,
+        wb: WriteBatch,
+        res: BatchResult,
+    ) -> pd.DataFrame:
+        match node:
+            case spec.FilterNode(predicate=pred, code=code):
+                if pred is not None:
+                    keep = evaluate(pred, df).astype("boolean").fillna(False).astype(bool)
+                else:
+                    keep = self._user_rows(node, df, code, res, lambda out: out.astype(bool))
+                return df[keep.to_numpy()].reset_index(drop=True)
+            case spec.AssignNode(columns=columns):
+                out = df.copy()
+                for c in columns:
+                    if c.expr is not None:
+                        out[c.name] = astype(evaluate(c.expr, out), c.dtype).to_numpy()
+                    else:
+                        fn = self._fn(c.code)  # type: ignore[arg-type]
+                        try:
+                            out[c.name] = astype(pd.Series(fn(out)).reset_index(drop=True), c.dtype)
+                        except Exception as e:  # noqa: BLE001 - user code
+                            bad = self._bad_rows(node, out, e, res)
+                            out = out[~bad].reset_index(drop=True)
+                            out[c.name] = (
+                                astype(pd.Series(fn(out)).reset_index(drop=True), c.dtype)
+                                if len(out)
+                                else pd.Series(dtype=object)
+                            )
+                return out
+            case spec.TransformNode(code=code, schema=schema):
+                fn = self._fn(code)
+                try:
+                    out = fn(df)
+                except Exception as e:  # noqa: BLE001
+                    self._bad_rows(node, df, e, res)
+                    return pd.DataFrame(columns=[f.name for f in schema])
+                return out[[f.name for f in schema]].reset_index(drop=True)
+            case spec.JoinNode():
+                return self._join(node, df, ts, state)
+            case spec.AggregateNode():
+                if aggregate.is_continuous(node):
+                    return aggregate.run_continuous(node, self.scope, df, ts, state, wb)
+                rows, late = aggregate.run_windowed(node, self.scope, df, ts, state, wb)
+                res.late += late
+                return rows
+            case spec.FirstNode(keys=keys) | spec.LatestNode(keys=keys):
+                return self._first_latest(node, keys, df, ts, state, wb)
+            case spec.DedupNode():
+                return self._dedup(node, df, ts, state, wb)
+            case spec.ExplodeNode(columns=cols):
+                return df.explode(list(cols), ignore_index=True)
+            case spec.DropNode(columns=cols):
+                return df.drop(columns=list(cols))
+            case spec.DropNullNode(columns=cols):
+                subset = list(cols) or [c for c in df.columns if df[c].isna().any()]
+                return df.dropna(subset=subset).reset_index(drop=True) if subset else df
+            case spec.SelectNode(columns=cols):
+                keep = list(dict.fromkeys([*cols, ts]))
+                return df[keep]
+            case spec.RenameNode(mapping=mapping):
+                return df.rename(columns=dict(mapping))
+            case spec.ChangelogNode(delete_column=col):
+                out = df.copy()
+                out[col] = False
+                return out
+        raise PipelineError(f"{self._where(node)}: operator not supported by the executor")
+
+    def _user_rows(
+        self,
+        node: spec.Node,
+        df: pd.DataFrame,
+        code: spec.UserCode | None,
+        res: BatchResult,
+        post: Callable[[pd.Series], pd.Series],
+    ) -> pd.Series:
+        fn = self._fn(code)  # type: ignore[arg-type]
+        try:
+            return post(pd.Series(fn(df)).reset_index(drop=True))
+        except Exception as e:  # noqa: BLE001 - user code: find the bad rows one by one
+            bad = self._bad_rows(node, df, e, res)
+            good = df[~bad].reset_index(drop=True)
+            out = pd.Series(False, index=df.index)
+            if len(good):
+                out[~bad] = post(pd.Series(fn(good))).to_numpy()
+            return out
+
+    def _bad_rows(
+        self, node: spec.Node, df: pd.DataFrame, first: Exception, res: BatchResult
+    ) -> pd.Series:
+        """Re-run user code row by row to isolate the rows that raise; report each."""
+        fn = None
+        for n in (node,):
+            code = getattr(n, "code", None) or next(
+                (c.code for c in getattr(n, "columns", ()) if c.code), None
+            )
+            fn = self._fn(code) if code else None
+        bad = pd.Series(False, index=df.index)
+        for i in range(len(df)):
+            row = df.iloc[[i]]
+            try:
+                if fn is not None:
+                    fn(row.reset_index(drop=True))
+            except Exception as e:  # noqa: BLE001
+                bad.iloc[i] = True
+                res.errors.append(
+                    RowError(self.p.dataset, self._where(node), f"{type(e).__name__}: {e}",
+                             {k: json_value(v) for k, v in row.iloc[0].items()})
+                )  # fmt: skip
+        return bad
+
+    def _join(
+        self, node: spec.JoinNode, df: pd.DataFrame, ts: str, state: StateReader
+    ) -> pd.DataFrame:
+        right = self.datasets[node.right]
+        keys = pd.DataFrame(
+            {rc: df[lc].to_numpy() for lc, rc in zip(node.left_on, node.right_on, strict=True)}
+        )
+        wanted = list(node.fields) or [
+            f.name for f in right.fields if not f.key and not f.timestamp
+        ]
+        found_df, found = index.lookup(state, right, keys, df[ts], wanted, node.within_before)
+        out = df.copy()
+        for c in wanted:
+            out[c] = found_df[c].to_numpy()
+        if node.how == "inner":
+            out = out[found.to_numpy()].reset_index(drop=True)
+        return out
+
+    def _first_latest(
+        self,
+        node: spec.FirstNode | spec.LatestNode,
+        keys: tuple[str, ...],
+        df: pd.DataFrame,
+        ts: str,
+        state: StateReader,
+        wb: WriteBatch,
+    ) -> pd.DataFrame:
+        ns = f"{'first' if isinstance(node, spec.FirstNode) else 'latest'}:{self.scope}:{node.id}"
+        reader = OverlayReader(state, wb)
+        order = df.sort_values(ts, kind="stable").reset_index(drop=True)
+        emit = []
+        for i, row in enumerate(order[list(keys)].astype(object).to_numpy().tolist()):
+            k = key_prefix(tuple(json_value(v) for v in row))
+            t = micros(pd.Timestamp(order[ts].iloc[i]))
+            prev = reader.get(ns, k)
+            newer = prev is None or (
+                t > int(prev) if isinstance(node, spec.LatestNode) else t < int(prev)
+            )
+            if newer:
+                wb.put(ns, k, str(t).encode())
+                emit.append(i)
+        return order.iloc[emit].reset_index(drop=True)
+
+    def _dedup(
+        self, node: spec.DedupNode, df: pd.DataFrame, ts: str, state: StateReader, wb: WriteBatch
+    ) -> pd.DataFrame:
+        ns = f"dedup:{self.scope}:{node.id}"
+        by = list(node.by) or [c for c in df.columns if c != ts]
+        reader = OverlayReader(state, wb)
+        keep = []
+        for i in range(len(df)):
+            t = micros(pd.Timestamp(df[ts].iloc[i]))
+            bucket = (
+                t
+                if node.window is None
+                else t // ((node.window.duration or node.window.gap or 1) * 1_000_000)
+            )
+            ident = (
+                json.dumps([json_value(df[c].iloc[i]) for c in by], sort_keys=True).encode()
+                + b"\0"
+                + str(bucket).encode()
+            )
+            if reader.get(ns, ident) is None:
+                wb.put(ns, ident, b"1")
+                keep.append(i)
+        return df.iloc[keep].reset_index(drop=True)
+
+
+__all__ = ["BatchResult", "PipelineError", "PipelineExecutor", "RowError"]

@@ -1,0 +1,114 @@
+"""Rows <-> JSON-safe records, typed by a dataset schema (the value format of state and topics)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fennel_dagster.wire import spec
+
+
+def _base(t: spec.DType) -> spec.DType:
+    while isinstance(t, spec.OptionalType | spec.BetweenType | spec.OneOfType):
+        t = t.of
+    return t
+
+
+def json_value(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, pd.Timestamp):
+        return (
+            None
+            if pd.isna(v)
+            else v.tz_convert("UTC").isoformat()
+            if v.tzinfo
+            else v.tz_localize("UTC").isoformat()
+        )
+    if isinstance(v, dt.datetime):
+        return (v if v.tzinfo else v.replace(tzinfo=dt.UTC)).isoformat()
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, np.ndarray | list | tuple):
+        return [json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): json_value(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and v != v:
+        return None
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return v
+
+
+def to_records(df: pd.DataFrame, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    cols = list(columns) if columns is not None else list(df.columns)
+    data = {c: df[c].tolist() for c in cols}
+    return [{c: json_value(data[c][i]) for c in cols} for i in range(len(df))]
+
+
+def from_records(
+    records: Iterable[dict[str, Any]], fields: Sequence[spec.FieldSpec]
+) -> pd.DataFrame:
+    recs = list(records)
+    out: dict[str, pd.Series] = {}
+    for f in fields:
+        values = [r.get(f.name) for r in recs]
+        out[f.name] = typed_series(values, f.dtype)
+    return pd.DataFrame(out)
+
+
+def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
+    base = _base(dtype)
+    match base:
+        case spec.TimestampType():
+            return pd.Series(
+                pd.to_datetime(values, utc=True, format="ISO8601"), dtype="datetime64[ns, UTC]"
+            )
+        case spec.DateType():
+            return pd.Series(
+                [
+                    None if v is None else dt.date.fromisoformat(v) if isinstance(v, str) else v
+                    for v in values
+                ],
+                dtype=object,
+            )
+        case spec.IntType():
+            return pd.Series(values, dtype="Int64")
+        case spec.FloatType():
+            return pd.Series([np.nan if v is None else float(v) for v in values], dtype="float64")
+        case spec.BoolType():
+            return pd.Series(values, dtype="boolean")
+        case spec.DecimalType():
+            return pd.Series(
+                [None if v is None else decimal.Decimal(str(v)) for v in values], dtype=object
+            )
+    return pd.Series(values, dtype=object)
+
+
+def normalise(df: pd.DataFrame, fields: Sequence[spec.FieldSpec]) -> pd.DataFrame:
+    """``df`` with exactly ``fields`` as columns, in the platform's pandas dtypes."""
+    return from_records(to_records(df, [f.name for f in fields]), fields)
+
+
+def dumps(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+
+
+def loads(data: bytes) -> dict[str, Any]:
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def content_seq(record: dict[str, Any]) -> int:
+    """A deterministic tie-breaker for several rows of one key at one instant."""
+    return zlib.crc32(dumps(record))

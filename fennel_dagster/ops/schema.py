@@ -1,0 +1,127 @@
+"""Checks incoming rows against a dataset's schema and restrictions, row by row.
+
+Good rows come back normalised to the platform's dtypes; each bad row comes back with the
+reason (field, expected type, value), so ingestion can route it to the error topic and go on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from fennel_dagster.declare.dtypes import render
+from fennel_dagster.ops.rows import from_records, json_value, to_records
+from fennel_dagster.wire import spec
+
+
+@dataclass(frozen=True)
+class BadRow:
+    dataset: str
+    reason: str
+    row: dict[str, Any]
+
+
+def _check(value: Any, t: spec.DType) -> str | None:
+    """None if ``value`` (JSON-safe) fits ``t``, else why not."""
+    if value is None:
+        return None if isinstance(t, spec.OptionalType) else "is null but the field is not Optional"
+    match t:
+        case spec.OptionalType(of=inner):
+            return _check(value, inner)
+        case spec.IntType():
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            ok = ok or (isinstance(value, float) and value.is_integer())
+            return None if ok else "is not an int"
+        case spec.FloatType():
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            return None if ok else "is not a float"
+        case spec.BoolType():
+            return None if isinstance(value, bool) else "is not a bool"
+        case spec.StringType():
+            return None if isinstance(value, str) else "is not a str"
+        case spec.BytesType():
+            return None if isinstance(value, str | bytes) else "is not bytes"
+        case spec.TimestampType():
+            try:
+                pd.Timestamp(value) if not isinstance(value, int | float) else pd.Timestamp(
+                    value, unit="s"
+                )
+                return None
+            except (ValueError, TypeError):
+                return "is not a datetime"
+        case spec.DateType():
+            try:
+                dt.date.fromisoformat(str(value))
+                return None
+            except ValueError:
+                return "is not a date"
+        case spec.EmbeddingType(dim=dim):
+            if not isinstance(value, list):
+                return "is not a list"
+            return None if len(value) == dim else f"has {len(value)} values, not {dim}"
+        case spec.ListType(of=inner):
+            if not isinstance(value, list):
+                return "is not a list"
+            bad = next((r for r in (_check(v, inner) for v in value) if r), None)
+            return f"has an element that {bad}" if bad else None
+        case spec.MapType(of=inner):
+            if not isinstance(value, dict):
+                return "is not a dict"
+            bad = next((r for r in (_check(v, inner) for v in value.values()) if r), None)
+            return f"has a value that {bad}" if bad else None
+        case spec.StructType(fields=fields):
+            if not isinstance(value, dict):
+                return "is not a struct (object)"
+            for f in fields:
+                bad = _check(value.get(f.name), f.dtype)
+                if bad:
+                    return f"field {f.name} {bad}"
+            return None
+        case spec.BetweenType(of=inner, min=lo, max=hi, strict_min=smin, strict_max=smax):
+            bad = _check(value, inner)
+            if bad:
+                return bad
+            below = value < lo or (smin and value == lo)
+            above = value > hi or (smax and value == hi)
+            return f"is outside {render(t)}" if below or above else None
+        case spec.OneOfType(of=inner, options=options):
+            bad = _check(value, inner)
+            return bad or (None if value in options else f"is not one of {list(options)}")
+        case spec.RegexType(pattern=pattern):
+            if not isinstance(value, str):
+                return "is not a str"
+            return None if re.fullmatch(pattern, value) else f"does not match regex {pattern!r}"
+        case spec.DecimalType():
+            return None if isinstance(value, int | float | str) else "is not a decimal"
+    return None
+
+
+def check_rows(ds: spec.DatasetSpec, df: pd.DataFrame) -> tuple[pd.DataFrame, list[BadRow]]:
+    """Split ``df`` into the rows that fit ``ds`` (normalised) and the ones that don't."""
+    missing = [
+        f.name
+        for f in ds.fields
+        if f.name not in df.columns and not isinstance(f.dtype, spec.OptionalType)
+    ]
+    records = to_records(df, [c for c in df.columns])
+    good: list[dict[str, Any]] = []
+    bad: list[BadRow] = []
+    for rec in records:
+        if missing:
+            bad.append(BadRow(ds.name, f"missing field(s) {', '.join(missing)}", rec))
+            continue
+        reason = None
+        for f in ds.fields:
+            why = _check(rec.get(f.name), f.dtype)
+            if why:
+                reason = f"{ds.name}.{f.name} = {json_value(rec.get(f.name))!r} {why} (declared {render(f.dtype)})"
+                break
+        if reason:
+            bad.append(BadRow(ds.name, reason, rec))
+        else:
+            good.append(rec)
+    return from_records(good, ds.fields), bad

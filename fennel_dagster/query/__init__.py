@@ -1,0 +1,1 @@
+"""The read path: physical query plans over extractors, and their execution on batches."""
