@@ -1,0 +1,27 @@
+"""Validation errors of a commit: every one names the entity, the field or operator, and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ValidationError:
+    entity: str  # "UserSpend", "UserSpend.agg", "UserFeatures.account_age"
+    where: str  # the field or operator concerned ("" when the entity as a whole)
+    message: str  # what is wrong
+    fix: str  # what to do about it
+
+    def __str__(self) -> str:
+        at = f" ({self.where})" if self.where else ""
+        return f"{self.entity}{at}: {self.message}: {self.fix}"
+
+
+class CommitRejected(ValueError):
+    """A commit that fails validation; ``str()`` lists every error, not just the first."""
+
+    def __init__(self, errors: Sequence[ValidationError]) -> None:
+        self.errors = list(errors)
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"commit rejected with {len(self.errors)} error(s):\n{lines}")

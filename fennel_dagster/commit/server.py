@@ -1,0 +1,57 @@
+"""The definition server: a serialised commit in, the validated graph and blueprints out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from fennel_dagster.commit.blueprint import BlueprintSet
+from fennel_dagster.commit.compiler import compile_blueprints
+from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.graph import EntityGraph
+from fennel_dagster.commit.validate import validate
+from fennel_dagster.wire import decode, spec
+
+
+@dataclass(frozen=True)
+class DefinitionResult:
+    commit: spec.CommitSpec  # for an incremental commit: merged with the branch's previous one
+    graph: EntityGraph
+    blueprints: BlueprintSet
+    errors: tuple[ValidationError, ...]
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise CommitRejected(self.errors)
+
+
+class DefinitionServer:
+    def __init__(self, namespace: str = "fd") -> None:
+        self.namespace = namespace
+
+    def process(self, commit_bytes: bytes, previous: spec.CommitSpec | None) -> DefinitionResult:
+        commit = decode(commit_bytes)
+        if not isinstance(commit, spec.CommitSpec):
+            raise ValueError(f"expected a CommitSpec, got {type(commit).__name__}")
+        return self.process_spec(commit, previous)
+
+    def process_spec(
+        self, commit: spec.CommitSpec, previous: spec.CommitSpec | None
+    ) -> DefinitionResult:
+        errors = tuple(validate(commit, previous))
+        merged = _merge(commit, previous) if commit.incremental else commit
+        graph = EntityGraph.build(merged)
+        blueprints = compile_blueprints(graph, self.namespace) if not errors else BlueprintSet(())
+        return DefinitionResult(merged, graph, blueprints, errors)
+
+
+def _merge(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> spec.CommitSpec:
+    if previous is None:
+        return replace(commit, incremental=False)
+    ds = {d.name: d for d in previous.datasets} | {d.name: d for d in commit.datasets}
+    fs = {f.name: f for f in previous.featuresets} | {f.name: f for f in commit.featuresets}
+    return replace(
+        commit,
+        datasets=tuple(ds[n] for n in sorted(ds)),
+        featuresets=tuple(fs[n] for n in sorted(fs)),
+        incremental=False,
+    )
