@@ -149,9 +149,10 @@ def _preamble(fn: Any) -> str:
             ):
                 parts.append(ast.unparse(stmt))
     for helper in getattr(fn, "__fennel_includes__", ()):
+        parts.extend(_captured_values(helper))
         parts.append(capture(helper).source)
     parts.extend(_captured_values(fn))
-    return "\n".join(parts)
+    return "\n".join(dict.fromkeys(parts))
 
 
 def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable[..., Any]:

@@ -1,0 +1,68 @@
+"""User code ships as canonical source and runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fennel_dagster.wire import decode, encode
+from fennel_dagster.wire.usercode import UserCodeError, capture, includes, load
+
+RATE = 2.5
+
+
+def _helper(x: float) -> float:
+    return x * RATE
+
+
+@includes(_helper)
+def scale(df: pd.DataFrame) -> pd.Series:  # a comment that must not change the bytes
+    return df["a"].map(_helper)
+
+
+def test_function_source_is_canonical_and_loads_with_its_helpers() -> None:
+    code = capture(scale)
+    assert code.entrypoint == "scale" and "comment" not in code.source
+    assert "RATE = 2.5" in code.preamble and "def _helper" in code.preamble
+    fn = load(decode(encode(code)))
+    assert fn(pd.DataFrame({"a": [1.0, 2.0]})).tolist() == [2.5, 5.0]
+
+
+def test_two_lambdas_on_one_line_are_told_apart() -> None:
+    pair = (lambda df: df["a"] + 1, lambda df: df["a"] * 10)  # noqa: E731
+    first, second = capture(pair[0]), capture(pair[1])
+    assert first.source == "lambda df: df['a'] + 1"
+    assert second.source == "lambda df: df['a'] * 10"
+    assert load(second)(pd.DataFrame({"a": [2]})).tolist() == [20]
+
+
+def test_closure_values_ship_as_literals_and_unshippable_ones_are_named() -> None:
+    rates = {"EUR": 1.0, "USD": 0.9}
+    code = capture(lambda df: df["c"].map(rates))
+    assert "rates = {'EUR': 1.0, 'USD': 0.9}" in code.preamble
+    handle = object()
+    with pytest.raises(
+        UserCodeError, match="uses 'handle', a object that cannot be shipped as source"
+    ):
+        capture(lambda df: handle)
+
+
+def test_captured_code_runs_in_a_fresh_interpreter_without_the_repo_module(tmp_path: Path) -> None:
+    payload = tmp_path / "code.json"
+    payload.write_bytes(encode(capture(scale)))
+    script = (
+        "import sys, pandas as pd; from fennel_dagster.wire import decode;"
+        "from fennel_dagster.wire.usercode import load;"
+        f"fn = load(decode(open({str(payload)!r}, 'rb').read()));"
+        "print(fn(pd.DataFrame({'a': [4.0]})).tolist())"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == [10.0]
