@@ -74,7 +74,7 @@ class Dataset:
 
     @classmethod
     def spec(cls) -> spec.DatasetSpec:
-        return cls._spec
+        return dataset_spec(cls)
 
     @classmethod
     def lookup(

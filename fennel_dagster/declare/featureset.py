@@ -72,7 +72,7 @@ class Featureset:
 
     @classmethod
     def spec(cls) -> spec.FeaturesetSpec:
-        return cls._spec
+        return featureset_spec(cls)
 
 
 def _feature_name(item: Any, fs: str, where: str) -> str:
