@@ -53,8 +53,16 @@ def is_continuous(node: spec.AggregateNode) -> bool:
 
 
 def record_events(
-    node: spec.AggregateNode, ns: str, df: pd.DataFrame, ts_col: str, wb: WriteBatch
+    node: spec.AggregateNode,
+    ns: str,
+    df: pd.DataFrame,
+    ts_col: str,
+    state: StateReader,
+    wb: WriteBatch,
 ) -> None:
+    """Store each event once; identical events get consecutive sequence numbers, so they count
+    as many times as they occur whatever the batching."""
+    reader = OverlayReader(state, wb)
     cols = _of_columns(node)
     keys = df[list(node.keys)].astype(object).to_numpy().tolist()
     stamps = pd.to_datetime(df[ts_col], utc=True).tolist()
@@ -62,7 +70,10 @@ def record_events(
     for i, (key, stamp) in enumerate(zip(keys, stamps, strict=True)):
         rec = {c: json_value(values[c][i]) for c in cols}
         kv = tuple(json_value(k) for k in key)
-        wb.put(ns, entry_key(kv, micros(stamp), content_seq({**rec, "_k": list(kv)})), dumps(rec))
+        seq = content_seq({**rec, "_k": list(kv)})
+        while reader.get(ns, entry_key(kv, micros(stamp), seq)) is not None:
+            seq += 1
+        wb.put(ns, entry_key(kv, micros(stamp), seq), dumps(rec))
 
 
 def _events(
@@ -173,7 +184,7 @@ def run_continuous(
 ) -> pd.DataFrame:
     """Record the batch's events; emit one row per event with the aggregates as of its time."""
     ns = namespace(scope, node)
-    record_events(node, ns, df, ts_col, wb)
+    record_events(node, ns, df, ts_col, state, wb)
     reader = OverlayReader(state, wb)
     keys = [
         tuple(json_value(v) for v in row)
@@ -220,7 +231,7 @@ def run_windowed(
     ]
     late = sum(1 for s in stamps if old_mark is not None and _closed_before(window, s, old_mark))
     keep = [old_mark is None or not _closed_before(window, s, old_mark) for s in stamps]
-    record_events(node, ns, df[keep], ts_col, wb)
+    record_events(node, ns, df[keep], ts_col, state, wb)
     mark = max([*stamps, old_mark or -(2**62)])
     wb.put(meta_ns, b"watermark", str(mark).encode())
     touched = sorted({k for k, ok in zip(keys, keep, strict=True) if ok})
