@@ -258,7 +258,15 @@ def _infer_node(
     src = schemas[node.input]
     types = {f.name: f.dtype for f in src}
     names = [f.name for f in src]
-    ts = next(f.name for f in src if f.timestamp)
+    stamps = [f.name for f in src if f.timestamp]
+    if len(stamps) != 1:
+        err(
+            node,
+            f"its input has {len(stamps)} timestamp fields",
+            "give the input dataset exactly one timestamp field",
+        )
+        raise _Stop
+    ts = stamps[0]
     keys = [f.name for f in src if f.key]
 
     def need(cols: tuple[str, ...] | list[str], what: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from fennel_dagster.commit.errors import CommitRejected, ValidationError
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.infer import infer_pipeline, same_type
+from fennel_dagster.commit.wellformed import well_formed
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.codec import content_hash
@@ -306,6 +307,11 @@ def validate(
     commit: spec.CommitSpec, previous: spec.CommitSpec | None = None
 ) -> list[ValidationError]:
     """Every error of ``commit`` against the branch's ``previous`` commit."""
+    structural = well_formed(commit)
+    if structural:
+        return structural
+    if previous is not None and well_formed(previous):
+        previous = None  # a malformed history cannot be compared against; judge the commit alone
     prev = EntityGraph.build(previous) if previous is not None else None
     graph = EntityGraph.build(commit, base=previous if commit.incremental else None)
     errors: list[ValidationError] = []
