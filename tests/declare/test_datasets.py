@@ -146,3 +146,16 @@ def test_bad_cdc_and_bad_durations_are_explained() -> None:
         @dataset
         class Late:
             ts: datetime
+
+
+def test_expectations_become_great_expectations_configurations() -> None:
+    from examples.payments.datasets import Transaction
+
+    exp = dataset_spec(Transaction).expectations
+    assert exp is not None
+    by_type = {e.type: dict(e.kwargs) for e in exp.expectations}
+    assert by_type["expect_column_values_to_be_between"] == {
+        "column": "amount", "min_value": 0, "max_value": 50_000, "mostly": 0.99,
+    }  # fmt: skip
+    assert by_type["expect_column_values_to_be_in_set"]["value_set"] == ("app", "pos", "web")
+    assert by_type["expect_column_values_to_not_be_null"] == {"column": "uid", "mostly": 1.0}
