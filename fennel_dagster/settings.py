@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     pg_password: str = ""
     pg_db: str = "fennel"
     dagster_pg_db: str = "dagster"
+    pg_schema: str = "fennel"  # schema of the platform's metadata tables
 
     # Kafka
     kafka_bootstrap: str | None = None

@@ -1,0 +1,167 @@
+"""Create and destroy physical assets, idempotently, with retries and clear failures.
+
+Topics live in Kafka (admin API), prefixes and offline tables in the object store (S3 via
+boto3, or a local directory); jobs have no physical side of their own: their existence is the
+job-registry row written at the commit point.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fennel_dagster.commit.blueprint import Blueprint
+from fennel_dagster.settings import Settings
+
+T = TypeVar("T")
+
+
+class AssetStoreError(RuntimeError):
+    """A physical operation that kept failing after its retries."""
+
+
+def retry(what: str, fn: Callable[[], T], attempts: int = 4, first_delay: float = 0.2) -> T:
+    delay = first_delay
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - Kafka/S3 clients raise many types
+            if i == attempts - 1:
+                raise AssetStoreError(f"{what} failed after {attempts} attempts: {e}") from e
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+class PhysicalAssets:
+    def __init__(self, settings: Settings, attempts: int = 4) -> None:
+        self.s = settings
+        self.attempts = attempts
+        self._admin: Any = None
+
+    # ---------------------------------------------------------------- kafka
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.s.kafka_servers,
+                    "socket.timeout.ms": 5000,
+                    "log_level": 0,
+                }
+            )
+        return self._admin
+
+    def topics(self, prefix: str) -> set[str]:
+        meta = retry(
+            "listing Kafka topics", lambda: self.admin().list_topics(timeout=5), self.attempts
+        )
+        return {t for t in meta.topics if t.startswith(prefix)}
+
+    def _create_topic(self, bp: Blueprint) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        spec = bp.spec_dict()
+        topic = NewTopic(bp.name, int(spec["partitions"]), 1, config=dict(spec.get("configs", {})))
+
+        def create() -> None:
+            fut = self.admin().create_topics([topic], operation_timeout=10, request_timeout=10)[
+                bp.name
+            ]
+            try:
+                fut.result(timeout=15)
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+
+        retry(
+            f"creating Kafka topic {bp.name} (broker {self.s.kafka_servers})", create, self.attempts
+        )
+
+    def _delete_topic(self, bp: Blueprint) -> None:
+        from confluent_kafka import KafkaException
+
+        def delete() -> None:
+            fut = self.admin().delete_topics([bp.name], operation_timeout=10, request_timeout=10)[
+                bp.name
+            ]
+            try:
+                fut.result(timeout=15)
+            except KafkaException as e:
+                if "UNKNOWN_TOPIC" not in str(e):
+                    raise
+
+        retry(
+            f"deleting Kafka topic {bp.name} (broker {self.s.kafka_servers})", delete, self.attempts
+        )
+
+    # ---------------------------------------------------------------- object store
+
+    def _prefix(self, bp: Blueprint) -> str:
+        return f"{self.s.namespace}/{bp.spec_dict()['bucket_prefix']}"
+
+    def _marker(self, bp: Blueprint) -> str:
+        return self._prefix(bp) + ".fennel-asset"
+
+    def _create_prefix(self, bp: Blueprint) -> None:
+        body = bp.spec_json().encode()
+        if self.s.s3_url is None:
+            path = self.s.local_object_dir / self.s.s3_bucket / self._marker(bp)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+            return
+        from fennel_dagster.stack.s3 import s3_client
+
+        client = s3_client(self.s)
+        retry(f"creating S3 prefix {self._prefix(bp)}", lambda: client.put_object(
+            Bucket=self.s.s3_bucket, Key=self._marker(bp), Body=body), self.attempts)  # fmt: skip
+
+    def _delete_prefix(self, bp: Blueprint) -> None:
+        prefix = self._prefix(bp)
+        if self.s.s3_url is None:
+            root = self.s.local_object_dir / self.s.s3_bucket
+            shutil.rmtree(root / prefix, ignore_errors=True)
+            (root / self._marker(bp)).unlink(missing_ok=True)
+            return
+        from fennel_dagster.stack.s3 import s3_client
+
+        client = s3_client(self.s)
+
+        def delete() -> None:
+            for key_prefix in (prefix, self._marker(bp)):
+                listed = client.list_objects_v2(Bucket=self.s.s3_bucket, Prefix=key_prefix)
+                for obj in listed.get("Contents", []):
+                    client.delete_object(Bucket=self.s.s3_bucket, Key=obj["Key"])
+
+        retry(f"deleting S3 prefix {prefix}", delete, self.attempts)
+
+    def prefixes(self) -> set[str]:
+        """Markers of the object-store assets under this namespace."""
+        root = f"{self.s.namespace}/"
+        if self.s.s3_url is None:
+            base = self.s.local_object_dir / self.s.s3_bucket
+            return {str(p.relative_to(base)) for p in Path(base, root).rglob("*.fennel-asset")}
+        from fennel_dagster.stack.s3 import s3_client
+
+        listed = s3_client(self.s).list_objects_v2(Bucket=self.s.s3_bucket, Prefix=root)
+        return {o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".fennel-asset")}
+
+    # ---------------------------------------------------------------- dispatch
+
+    def create(self, bp: Blueprint) -> None:
+        if bp.kind == "topic":
+            self._create_topic(bp)
+        elif bp.kind in ("snapshot_prefix", "offline_table"):
+            self._create_prefix(bp)
+
+    def destroy(self, bp: Blueprint) -> None:
+        if bp.kind == "topic":
+            self._delete_topic(bp)
+        elif bp.kind in ("snapshot_prefix", "offline_table"):
+            self._delete_prefix(bp)

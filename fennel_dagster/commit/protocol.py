@@ -1,0 +1,187 @@
+"""The two-ledger commit: atomic asset changes over Kafka, S3 and Postgres (seed 000).
+
+1. Under the branch's advisory lock, recover whatever an earlier commit left (``janitor``).
+2. Diff the desired blueprints against the branch's references and the bank.
+3. Creation ledger: in one transaction, record the intent to create every new asset (and
+   claim it in the bank as ``creating``); commit that *before* touching Kafka or S3.
+4. Create each asset (idempotent, retried with backoff).
+5. Commit point, one transaction: branch head, references, bank states, job registry,
+   creation ledger closed, destruction ledger written for assets whose count reached zero.
+6. Carry out the destructions, then close them.
+
+A crash before 5 leaves only ledgered creations, which recovery destroys; a crash after 5
+leaves only ledgered destructions, which recovery finishes. Nothing referenced by the old
+graph is destroyed before 5 commits, and a commit either lands whole or not at all.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import psycopg
+
+from fennel_dagster.commit import bank, janitor
+from fennel_dagster.commit.blueprint import Blueprint, BlueprintDiff, BlueprintSet
+from fennel_dagster.commit.crashpoints import crash_point
+from fennel_dagster.commit.physical import PhysicalAssets
+from fennel_dagster.commit.preview import diff
+
+
+class StaleBranchError(RuntimeError):
+    """The branch moved since the commit was prepared."""
+
+
+class BranchNotFoundError(LookupError):
+    pass
+
+
+@dataclass
+class CommitOutcome:
+    branch: str
+    commit_id: int
+    diff: BlueprintDiff
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+def branch_lock_key(branch: str) -> int:
+    """A stable 63-bit advisory-lock key per branch name."""
+    import hashlib
+
+    return (
+        int.from_bytes(hashlib.sha256(f"fennel-branch:{branch}".encode()).digest()[:8], "big") >> 1
+    )
+
+
+def head(conn: psycopg.Connection, branch: str) -> int | None:
+    row = conn.execute("SELECT head FROM branches WHERE name = %s", (branch,)).fetchone()
+    if row is None:
+        raise BranchNotFoundError(
+            f"branch {branch!r} does not exist: create it with init_branch or clone_branch"
+        )
+    return row[0]
+
+
+def commit(
+    conn: psycopg.Connection,
+    lock_conn: psycopg.Connection,
+    physical: PhysicalAssets,
+    branch: str,
+    desired: BlueprintSet,
+    wire: bytes,
+    message: str,
+    author: str = "fennel",
+    expected_head: int | None | str = "any",
+) -> CommitOutcome:
+    """Commit ``desired`` as the branch's new graph. ``conn`` does the work; ``lock_conn`` (an
+    autocommit connection) holds the branch's session lock, which dies with us if we crash."""
+    t0 = time.monotonic()
+    times: dict[str, float] = {}
+    lock_conn.execute("SELECT pg_advisory_lock(%s)", (branch_lock_key(branch),))
+    try:
+        janitor.recover(conn, lock_conn, physical, own_branch=branch)
+        crash_point("after_recovery")
+        times["recovery"] = time.monotonic() - t0
+        with conn.transaction():
+            base = head(conn, branch)
+            if expected_head != "any" and base != expected_head:
+                raise StaleBranchError(
+                    f"branch {branch!r} moved to commit {base} since this commit was prepared "
+                    f"against {expected_head}: re-read the branch and commit again"
+                )
+            plan = diff(desired, bank.branch_refs(conn, branch), bank.live_hashes(conn))
+        attempt = str(uuid.uuid4())
+        with conn.transaction():
+            conn.execute("INSERT INTO commit_attempts (attempt, branch, base_head, state) VALUES (%s, %s, %s, 'open')",
+                         (attempt, branch, base))  # fmt: skip
+            for bp in plan.create:
+                if not bank.insert_creating(conn, bp, attempt):
+                    raise RuntimeError(
+                        f"asset {bp.name} appeared in the bank during the commit; retry"
+                    )
+                conn.execute("INSERT INTO creation_ledger (attempt, hash, state) VALUES (%s, %s, 'intent')",
+                             (attempt, bp.hash))  # fmt: skip
+        crash_point("after_creation_intent")
+        t1 = time.monotonic()
+        for bp in plan.create:
+            crash_point("before_create_asset")
+            physical.create(bp)
+            crash_point("after_create_asset")
+        times["create"] = time.monotonic() - t1
+        crash_point("before_commit_point")
+        commit_id = _commit_point(conn, branch, base, attempt, plan, desired, wire, message, author)
+        crash_point("after_commit_point")
+        t2 = time.monotonic()
+        janitor.carry_out_destructions(conn, physical)
+        crash_point("after_destructions")
+        times["destroy"] = time.monotonic() - t2
+        times["total"] = time.monotonic() - t0
+        return CommitOutcome(branch, commit_id, plan, times)
+    finally:
+        lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(branch),))
+
+
+def _commit_point(
+    conn: psycopg.Connection, branch: str, base: int | None, attempt: str, plan: BlueprintDiff,
+    desired: BlueprintSet, wire: bytes, message: str, author: str,
+) -> int:  # fmt: skip
+    with conn.transaction():
+        current = conn.execute(
+            "SELECT head FROM branches WHERE name = %s FOR UPDATE", (branch,)
+        ).fetchone()
+        if current is None or current[0] != base:
+            raise StaleBranchError(f"branch {branch!r} moved during the commit: commit again")
+        hashes = sorted(b.hash for b in desired.blueprints)
+        commit_id = conn.execute(
+            "INSERT INTO commits (branch, parent, message, author, wire, hashes) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+            (branch, base, message, author, wire, hashes),
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute("UPDATE branches SET head = %s WHERE name = %s", (commit_id, branch))
+        created = [b.hash for b in plan.create]
+        conn.execute(
+            "UPDATE assets SET state = 'live', attempt = NULL, updated_at = now() WHERE hash = ANY(%s)",
+            (created,),
+        )
+        for bp in plan.create + plan.reuse:
+            conn.execute(
+                "INSERT INTO refs (branch, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (branch, bp.hash),
+            )
+            if bp.kind == "job":
+                bank.register_job(conn, bp)
+        released = [b.hash for b in plan.release]
+        conn.execute("DELETE FROM refs WHERE branch = %s AND hash = ANY(%s)", (branch, released))
+        schedule_unreferenced(conn, released, commit_id)
+        conn.execute(
+            "UPDATE creation_ledger SET state = 'committed', updated_at = now() WHERE attempt = %s",
+            (attempt,),
+        )
+        conn.execute(
+            "UPDATE commit_attempts SET state = 'committed', finished_at = now() WHERE attempt = %s",
+            (attempt,),
+        )
+    return int(commit_id)
+
+
+def schedule_unreferenced(
+    conn: psycopg.Connection, hashes: list[str], commit_id: int | None
+) -> None:
+    """Inside a commit-point transaction: ledger the destruction of assets nobody references."""
+    counts = bank.ref_counts(conn, hashes)
+    orphans = [h for h in hashes if counts.get(h, 0) == 0]
+    if not orphans:
+        return
+    conn.execute(
+        "UPDATE assets SET state = 'destroying', updated_at = now() WHERE hash = ANY(%s)",
+        (orphans,),
+    )
+    conn.execute("DELETE FROM jobs WHERE hash = ANY(%s)", (orphans,))
+    for h in orphans:
+        conn.execute(
+            "INSERT INTO destruction_ledger (commit_id, hash, state) VALUES (%s, %s, 'pending')",
+            (commit_id, h),
+        )
+
+
+__all__ = ["Blueprint", "CommitOutcome", "StaleBranchError", "commit", "head"]

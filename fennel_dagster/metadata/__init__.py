@@ -1,0 +1,1 @@
+"""The platform's metadata store in Postgres: branches, commits, asset bank, ledgers, jobs."""
