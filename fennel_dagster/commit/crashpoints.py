@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
+from collections.abc import Callable
 
 POINTS = (
     "after_recovery",
@@ -28,15 +29,17 @@ class CrashPointHit(RuntimeError):
     """Raised at an armed crash point in ``raise`` mode."""
 
 
-_armed: dict[str, str] = {}
+_armed: dict[str, str | Callable[[], None]] = {}
 _visits: Counter[str] = Counter()
 
 
-def arm(point: str, mode: str = "raise") -> None:
+def arm(point: str, mode: str | Callable[[], None] = "raise") -> None:
+    """``mode``: "raise", "kill", or a callable to run there (e.g. drop a connection)."""
     base = point.split("@")[0]
     if base not in POINTS:
         raise ValueError(f"unknown crash point {point!r}; known: {', '.join(POINTS)}")
     _armed[point] = mode
+    _visits[base] = 0  # "@N" counts visits from the moment of arming
 
 
 def disarm() -> None:
@@ -46,13 +49,16 @@ def disarm() -> None:
 
 def crash_point(name: str) -> None:
     _visits[name] += 1
-    armed = dict(_armed)
+    armed: dict[str, str | Callable[[], None]] = dict(_armed)
     env_point = os.environ.get("FENNEL_CRASH_AT")
     if env_point:
         armed.setdefault(env_point, os.environ.get("FENNEL_CRASH_MODE", "kill"))
     for point, mode in armed.items():
         base, _, nth = point.partition("@")
         if base == name and (not nth or int(nth) == _visits[name]):
+            if callable(mode):
+                mode()
+                continue
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise CrashPointHit(f"crash point {name} (visit {_visits[name]})")

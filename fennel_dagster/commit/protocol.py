@@ -37,6 +37,10 @@ class BranchNotFoundError(LookupError):
     pass
 
 
+class MetadataUnavailableError(RuntimeError):
+    """The metadata store went away mid-commit; recovery will undo whatever was started."""
+
+
 @dataclass
 class CommitOutcome:
     branch: str
@@ -80,46 +84,70 @@ def commit(
     times: dict[str, float] = {}
     lock_conn.execute("SELECT pg_advisory_lock(%s)", (branch_lock_key(branch),))
     try:
-        janitor.recover(conn, lock_conn, physical, own_branch=branch)
-        crash_point("after_recovery")
-        times["recovery"] = time.monotonic() - t0
-        with conn.transaction():
-            base = head(conn, branch)
-            if expected_head != "any" and base != expected_head:
-                raise StaleBranchError(
-                    f"branch {branch!r} moved to commit {base} since this commit was prepared "
-                    f"against {expected_head}: re-read the branch and commit again"
-                )
-            plan = diff(desired, bank.branch_refs(conn, branch), bank.live_hashes(conn))
-        attempt = str(uuid.uuid4())
-        with conn.transaction():
-            conn.execute("INSERT INTO commit_attempts (attempt, branch, base_head, state) VALUES (%s, %s, %s, 'open')",
-                         (attempt, branch, base))  # fmt: skip
-            for bp in plan.create:
-                if not bank.insert_creating(conn, bp, attempt):
-                    raise RuntimeError(
-                        f"asset {bp.name} appeared in the bank during the commit; retry"
-                    )
-                conn.execute("INSERT INTO creation_ledger (attempt, hash, state) VALUES (%s, %s, 'intent')",
-                             (attempt, bp.hash))  # fmt: skip
-        crash_point("after_creation_intent")
-        t1 = time.monotonic()
-        for bp in plan.create:
-            crash_point("before_create_asset")
-            physical.create(bp)
-            crash_point("after_create_asset")
-        times["create"] = time.monotonic() - t1
-        crash_point("before_commit_point")
-        commit_id = _commit_point(conn, branch, base, attempt, plan, desired, wire, message, author)
-        crash_point("after_commit_point")
-        t2 = time.monotonic()
-        janitor.carry_out_destructions(conn, physical)
-        crash_point("after_destructions")
-        times["destroy"] = time.monotonic() - t2
-        times["total"] = time.monotonic() - t0
-        return CommitOutcome(branch, commit_id, plan, times)
+        return _commit_locked(
+            conn,
+            lock_conn,
+            physical,
+            branch,
+            desired,
+            wire,
+            message,
+            author,
+            expected_head,
+            t0,
+            times,
+        )
+    except psycopg.OperationalError as e:
+        raise MetadataUnavailableError(
+            f"lost the connection to the metadata store while committing to {branch!r} ({e}): "
+            "recovery finishes or undoes it: run Client.recover(), or commit again (which recovers first)"
+        ) from e
     finally:
-        lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(branch),))
+        if not lock_conn.closed:
+            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(branch),))
+
+
+def _commit_locked(
+    conn: psycopg.Connection, lock_conn: psycopg.Connection, physical: PhysicalAssets, branch: str,
+    desired: BlueprintSet, wire: bytes, message: str, author: str, expected_head: int | None | str,
+    t0: float, times: dict[str, float],
+) -> CommitOutcome:  # fmt: skip
+    janitor.recover(conn, lock_conn, physical, own_branch=branch)
+    crash_point("after_recovery")
+    times["recovery"] = time.monotonic() - t0
+    with conn.transaction():
+        base = head(conn, branch)
+        if expected_head != "any" and base != expected_head:
+            raise StaleBranchError(
+                f"branch {branch!r} moved to commit {base} since this commit was prepared "
+                f"against {expected_head}: re-read the branch and commit again"
+            )
+        plan = diff(desired, bank.branch_refs(conn, branch), bank.live_hashes(conn))
+    attempt = str(uuid.uuid4())
+    with conn.transaction():
+        conn.execute("INSERT INTO commit_attempts (attempt, branch, base_head, state) VALUES (%s, %s, %s, 'open')",
+                     (attempt, branch, base))  # fmt: skip
+        for bp in plan.create:
+            if not bank.insert_creating(conn, bp, attempt):
+                raise RuntimeError(f"asset {bp.name} appeared in the bank during the commit; retry")
+            conn.execute("INSERT INTO creation_ledger (attempt, hash, state) VALUES (%s, %s, 'intent')",
+                         (attempt, bp.hash))  # fmt: skip
+    crash_point("after_creation_intent")
+    t1 = time.monotonic()
+    for bp in plan.create:
+        crash_point("before_create_asset")
+        physical.create(bp)
+        crash_point("after_create_asset")
+    times["create"] = time.monotonic() - t1
+    crash_point("before_commit_point")
+    commit_id = _commit_point(conn, branch, base, attempt, plan, desired, wire, message, author)
+    crash_point("after_commit_point")
+    t2 = time.monotonic()
+    janitor.carry_out_destructions(conn, physical)
+    crash_point("after_destructions")
+    times["destroy"] = time.monotonic() - t2
+    times["total"] = time.monotonic() - t0
+    return CommitOutcome(branch, commit_id, plan, times)
 
 
 def _commit_point(

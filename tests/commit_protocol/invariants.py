@@ -1,0 +1,72 @@
+"""The invariants the commit protocol must keep after any crash and recovery."""
+
+from __future__ import annotations
+
+from fennel_dagster.client import Client
+
+
+def assert_invariants(client: Client) -> None:
+    conn = client.conn
+    with conn.transaction():
+        referenced = {
+            name: kind for kind, name in conn.execute(
+                "SELECT DISTINCT a.kind, a.name FROM refs r JOIN assets a USING (hash)"
+            )
+        }  # fmt: skip
+        bad_states = conn.execute(
+            "SELECT a.name, a.state FROM refs r JOIN assets a USING (hash) WHERE a.state <> 'live'"
+        ).fetchall()
+        orphans_live = conn.execute(
+            "SELECT name FROM assets a WHERE state = 'live' AND NOT EXISTS (SELECT 1 FROM refs r WHERE r.hash = a.hash)"
+        ).fetchall()
+        leftovers = conn.execute(
+            "SELECT state, count(*) FROM assets WHERE state IN ('creating', 'destroying') GROUP BY state"
+        ).fetchall()
+        open_attempts = conn.execute(
+            "SELECT count(*) FROM commit_attempts WHERE state = 'open'"
+        ).fetchone()
+        heads = conn.execute(
+            "SELECT b.name, c.hashes FROM branches b JOIN commits c ON c.id = b.head"
+        ).fetchall()
+        refs_by_branch: dict[str, set[str]] = {}
+        for branch, h in conn.execute("SELECT branch, hash FROM refs"):
+            refs_by_branch.setdefault(branch, set()).add(h)
+        jobs = {r[0] for r in conn.execute("SELECT name FROM jobs")}
+    assert bad_states == [], f"referenced assets not live: {bad_states}"
+    assert orphans_live == [], f"live assets nobody references: {orphans_live}"
+    assert leftovers == [] and open_attempts == (0,), (
+        f"unfinished work after recovery: {leftovers} {open_attempts}"
+    )
+    # the set of Kafka topics of the platform equals the topic assets with a positive ref count
+    topics = client.physical.topics(f"{client.settings.namespace}.")
+    assert topics == {n for n, k in referenced.items() if k == "topic"}
+    # object-store prefixes likewise
+    markers = {m.removesuffix(".fennel-asset") for m in client.physical.prefixes()}
+    want_prefixes = {f"{client.settings.namespace}/" + p for p in _prefix_specs(client, referenced)}
+    assert markers == want_prefixes
+    # every branch shows exactly its head commit's graph: never a mix
+    for branch, hashes in heads:
+        assert set(hashes) == refs_by_branch.get(branch, set()), (
+            f"branch {branch} refs differ from its head"
+        )
+    # the job registry holds exactly the referenced jobs
+    assert jobs == {n for n, k in referenced.items() if k == "job"}
+
+
+def _prefix_specs(client: Client, referenced: dict[str, str]) -> set[str]:
+    with client.conn.transaction():
+        rows = client.conn.execute(
+            "SELECT DISTINCT a.spec->>'bucket_prefix' FROM refs r JOIN assets a USING (hash) "
+            "WHERE a.kind IN ('snapshot_prefix', 'offline_table')"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def topics_of_head(client: Client, branch: str) -> set[str]:
+    with client.conn.transaction():
+        rows = client.conn.execute(
+            "SELECT a.name FROM branches b JOIN commits c ON c.id = b.head JOIN assets a ON a.hash = ANY(c.hashes) "
+            "WHERE b.name = %s AND a.kind = 'topic'",
+            (branch,),
+        ).fetchall()
+    return {r[0] for r in rows}
