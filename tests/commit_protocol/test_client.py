@@ -1,0 +1,88 @@
+"""The Client's surface against the real services: preview, rejection, clones, checkout."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fennel_dagster.client import Client
+from fennel_dagster.commit.blueprint import BlueprintDiff
+from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.protocol import StaleBranchError, commit
+from fennel_dagster.declare import commit_spec
+from fennel_dagster.wire import spec
+from tests.commit_protocol.invariants import assert_invariants
+from tests.commit_protocol.scenario import GRAPHS
+
+pytestmark = pytest.mark.services
+
+
+def test_preview_prints_the_diff_and_creates_nothing(
+    client: Client, schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = client.commit("v1", GRAPHS["v1"](), preview=True)
+    assert isinstance(d, BlueprintDiff) and d.create and not d.reuse and not d.release
+    out = capsys.readouterr().out
+    assert f"create   topic            {schema}.ds.T.v1." in out
+    assert out.rstrip().endswith(
+        f"{len(d.create)} to create, 0 to reuse, 0 unchanged, 0 to release"
+    )
+    assert client.physical.topics(f"{schema}.") == set()
+    assert client.checkout("main") is None
+
+
+def test_a_rejected_commit_lists_every_error_and_changes_nothing(
+    client: Client, schema: str
+) -> None:
+    client.commit("v1", GRAPHS["v1"]())
+    before = client.physical.topics(f"{schema}.")
+    bad = commit_spec("no owners", GRAPHS["v2"]())
+    bad = dataclasses.replace(
+        bad, datasets=tuple(dataclasses.replace(d, meta=spec.MetaSpec()) for d in bad.datasets)
+    )
+    with pytest.raises(CommitRejected) as e:
+        client.commit_spec(bad)
+    assert str(e.value).splitlines()[0] == "commit rejected with 2 error(s):"
+    assert client.physical.topics(f"{schema}.") == before
+    assert_invariants(client)
+
+
+def test_clone_copies_references_only_and_branches_diverge(client: Client, schema: str) -> None:
+    client.commit("v1", GRAPHS["v1"]())
+    topics = client.physical.topics(f"{schema}.")
+    copied = client.clone_branch("exp")
+    assert copied > 0 and client.physical.topics(f"{schema}.") == topics
+    client.commit("v2 on exp", GRAPHS["v2"](), branch="exp")
+    assert {d.version for d in client.checkout("main").datasets} == {1}  # type: ignore[union-attr]
+    assert {d.name: d.version for d in client.checkout("exp").datasets} == {"S": 2, "T": 1}  # type: ignore[union-attr]
+    client.delete_branch("exp")
+    assert client.physical.topics(f"{schema}.") == topics  # exp's own assets are gone, main's stay
+    assert_invariants(client)
+
+
+def test_incremental_commit_keeps_what_it_does_not_mention(client: Client) -> None:
+    t, s, u = GRAPHS["v2+u"]()
+    client.commit("v2", [t, s])
+    client.commit("add U", [u], incremental=True)
+    assert {d.name for d in client.checkout("main").datasets} == {"S", "T", "U"}  # type: ignore[union-attr]
+    assert_invariants(client)
+
+
+def test_a_commit_against_a_stale_head_fails_with_the_fix(client: Client) -> None:
+    client.commit("v1", GRAPHS["v1"]())
+    result = client.server.process_spec(commit_spec("v2", GRAPHS["v2"]()), client.checkout("main"))
+    with pytest.raises(
+        StaleBranchError,
+        match=r"branch 'main' moved to commit \d+ since this commit was prepared against 0: re-read the branch and commit again",
+    ):
+        commit(
+            client.conn,
+            client.lock_conn,
+            client.physical,
+            "main",
+            result.blueprints,
+            b"{}",
+            "stale",
+            expected_head=0,
+        )
