@@ -419,3 +419,28 @@ def test_all_errors_are_reported_at_once() -> None:
     assert str(e.value).startswith(
         "commit rejected with 2 error(s):\n  - NoOwnerNoSource: has no owner"
     )
+
+
+def test_optional_join_column_must_be_dropnulled_first() -> None:
+    @meta(owner=OWNER)
+    @source(hook.endpoint("visits"))
+    @dataset
+    class Visits:
+        uid: int | None
+        ts: datetime
+
+    @meta(owner=OWNER)
+    @dataset
+    class VisitAges:
+        uid: int | None
+        age: int | None
+        ts: datetime
+
+        @pipeline
+        @inputs(Visits, Users)
+        def p(cls, visits, users):
+            return visits.join(users, how="left", on=["uid"])
+
+    assert messages(commit_spec("m", [Visits, Users, VisitAges])) == [
+        "VisitAges.p (join n2): join column 'uid' is Optional: dropnull('uid') before the join"
+    ]
