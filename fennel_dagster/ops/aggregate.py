@@ -64,16 +64,21 @@ def record_events(
     as many times as they occur whatever the batching."""
     reader = OverlayReader(state, wb)
     cols = _of_columns(node)
-    keys = df[list(node.keys)].astype(object).to_numpy().tolist()
+    keys = key_tuples(df, node.keys)
     stamps = pd.to_datetime(df[ts_col], utc=True).tolist()
     values = {c: df[c].tolist() for c in cols}
-    for i, (key, stamp) in enumerate(zip(keys, stamps, strict=True)):
+    for i, (kv, stamp) in enumerate(zip(keys, stamps, strict=True)):
         rec = {c: json_value(values[c][i]) for c in cols}
-        kv = tuple(json_value(k) for k in key)
         seq = content_seq({**rec, "_k": list(kv)})
         while reader.get(ns, entry_key(kv, micros(stamp), seq)) is not None:
             seq += 1
         wb.put(ns, entry_key(kv, micros(stamp), seq), dumps(rec))
+
+
+def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Each row's group key as a tuple of JSON-safe values (the state key's prefix)."""
+    rows = df[list(keys)].astype(object).to_numpy().tolist()
+    return [tuple(json_value(v) for v in row) for row in rows]
 
 
 def _events(
@@ -161,17 +166,12 @@ def lookup_aggregate(
 ) -> tuple[pd.DataFrame, pd.Series]:
     """A continuous-window dataset's values as of ``ts``: assembled from its events."""
     ns = namespace(scope, node)
-    key_tuples = [
-        tuple(json_value(v) for v in row)
-        for row in keys[list(node.keys)].astype(object).to_numpy().tolist()
-    ]
+    queries = key_tuples(keys, node.keys)
     stamps = [micros(s) for s in pd.to_datetime(ts, utc=True)]
     found = []
-    for key, t in zip(key_tuples, stamps, strict=True):
+    for key, t in zip(queries, stamps, strict=True):
         found.append(bool(_events(reader, ns, key, None, t)))
-    return pd.DataFrame(values_at(reader, ns, node, key_tuples, stamps)), pd.Series(
-        found, dtype=bool
-    )
+    return pd.DataFrame(values_at(reader, ns, node, queries, stamps)), pd.Series(found, dtype=bool)
 
 
 def run_continuous(
@@ -186,10 +186,7 @@ def run_continuous(
     ns = namespace(scope, node)
     record_events(node, ns, df, ts_col, state, wb)
     reader = OverlayReader(state, wb)
-    keys = [
-        tuple(json_value(v) for v in row)
-        for row in df[list(node.keys)].astype(object).to_numpy().tolist()
-    ]
+    keys = key_tuples(df, node.keys)
     stamps = [micros(s) for s in pd.to_datetime(df[ts_col], utc=True)]
     values = values_at(reader, ns, node, keys, stamps)
     out = df[list(node.keys)].reset_index(drop=True).copy()
@@ -225,10 +222,7 @@ def run_windowed(
     raw_mark = reader.get(meta_ns, b"watermark")
     old_mark = int(raw_mark) if raw_mark else None
     stamps = [micros(s) for s in pd.to_datetime(df[ts_col], utc=True)]
-    keys = [
-        tuple(json_value(v) for v in row)
-        for row in df[list(node.keys)].astype(object).to_numpy().tolist()
-    ]
+    keys = key_tuples(df, node.keys)
     late = sum(1 for s in stamps if old_mark is not None and _closed_before(window, s, old_mark))
     keep = [old_mark is None or not _closed_before(window, s, old_mark) for s in stamps]
     record_events(node, ns, df[keep], ts_col, state, wb)

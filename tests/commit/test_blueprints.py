@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 
 import pytest
 
 from examples.payments import DATASETS, FEATURESETS
-from fennel_dagster import commit_spec, dataset, field, inputs, meta, pipeline, source
-from fennel_dagster.aggregate import Sum
+from fennel_dagster import commit_spec
 from fennel_dagster.commit.blueprint import BlueprintSet
 from fennel_dagster.commit.compiler import compile_blueprints
 from fennel_dagster.commit.errors import CommitRejected
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
-from fennel_dagster.sources import Webhook
-from fennel_dagster.window import Continuous
 from fennel_dagster.wire import encode, spec
+from tests.commit_protocol.scenario import graph
 
 OWNER = "team@example.com"
 
@@ -83,30 +80,8 @@ def test_unchanged_dataset_keeps_its_hash_and_cosmetics_do_not_matter() -> None:
     assert {b.hash for b in a.blueprints} == {b.hash for b in blueprints(renamed_owner).blueprints}
 
 
-def spend(version: int, window: str):
-    hook = Webhook(name="h")
-
-    @meta(owner=OWNER)
-    @source(hook.endpoint("t"))
-    @dataset
-    class T:
-        uid: int
-        amount: float
-        ts: datetime
-
-    @meta(owner=OWNER)
-    @dataset(index=True, version=version)
-    class S:
-        uid: int = field(key=True)
-        total: float
-        ts: datetime
-
-        @pipeline
-        @inputs(T)
-        def agg(cls, t):
-            return t.groupby("uid").aggregate(total=Sum(of="amount", window=Continuous(window)))
-
-    return T, S
+def spend(version: int, window: str) -> list[type]:
+    return graph(version, window, offline=True)
 
 
 def test_version_bump_changes_the_dataset_and_its_downstream_hashes_only() -> None:
