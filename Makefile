@@ -15,7 +15,7 @@ up: install
 test: install
 	$(VENV)/fennel-dagster stack up
 	$(VENV)/ruff check fennel_dagster assets sensors resources tests
-	$(VENV)/pytest tests -q -p no:cacheprovider
+	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900
 
 down:
 	@[ ! -x $(VENV)/fennel-dagster ] || $(VENV)/fennel-dagster stack down

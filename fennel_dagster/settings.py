@@ -2,11 +2,14 @@
 
 Defaults point at the local stack started by ``fennel-dagster stack up``: every service on
 loopback, on ports chosen not to collide with system services, with all data under one
-project-owned directory. Nothing else in the code base names a host or a port.
+project-owned directory (``.fennel/`` in the project root). Nothing else in the code base
+names a host or a port.
 
 Precedence: explicit keyword arguments > environment (``FENNEL_KAFKA_BOOTSTRAP=...``) >
-the settings file (``FENNEL_SETTINGS_FILE``, default ``fennel.env`` in the working
-directory, in dotenv syntax) > the defaults below.
+the settings file > the defaults below. The settings file is ``FENNEL_SETTINGS_FILE`` if
+set, else ``fennel.toml`` or ``fennel.env`` in the project root when present. A ``.toml``
+file holds the field names as keys (``pg_port = 55432``); any other file is dotenv syntax
+with the prefixed names (``FENNEL_PG_PORT=55432``).
 """
 
 from __future__ import annotations
@@ -14,24 +17,56 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "FENNEL_"
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above ``start`` (default: cwd) holding ``workspace.yaml``
+    and ``dagster.yaml``: the project's checkout. Falls back to ``start`` itself."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "workspace.yaml").is_file() and (d / "dagster.yaml").is_file():
+            return d
+    return here
+
+
+def settings_file() -> Path | None:
+    """The settings file in effect, or None."""
+    named = os.environ.get(f"{ENV_PREFIX}SETTINGS_FILE")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"{ENV_PREFIX}SETTINGS_FILE={named} does not exist")
+        return path
+    root = project_root()
+    for name in ("fennel.toml", "fennel.env"):
+        if (root / name).is_file():
+            return root / name
+    return None
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="FENNEL_",
-        env_file=os.environ.get("FENNEL_SETTINGS_FILE", "fennel.env"),
-        env_file_encoding="utf-8",
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
-    home: Path = Field(default=Path(".fennel"), description="data directory of the local stack")
+    home: Path = Field(
+        default_factory=lambda: project_root() / ".fennel",
+        description="data directory of the local stack (FENNEL_HOME)",
+    )
     host: str = Field(default="127.0.0.1", description="loopback address the stack binds")
 
     # PostgreSQL: platform metadata and Dagster storage
-    pg_host: str | None = None
+    pg_host: str | None = None  # default: `host`
     pg_port: int = 55432
     pg_user: str = "fennel"
     pg_password: str = ""
@@ -39,12 +74,12 @@ class Settings(BaseSettings):
     dagster_pg_db: str = "dagster"
     pg_schema: str = "fennel"  # schema of the platform's metadata tables
 
-    # Kafka
-    kafka_bootstrap: str | None = None
+    # Kafka (KRaft, one node: broker + controller)
+    kafka_bootstrap: str | None = None  # default: `host:kafka_port`
     kafka_port: int = 59092
     kafka_controller_port: int = 59093
 
-    # S3-compatible object store (None endpoint: local directory store)
+    # S3-compatible object store (None endpoint: the local S3 server on `s3_port`)
     s3_endpoint: str | None = None
     s3_port: int = 59000
     s3_bucket: str = "fennel"
@@ -53,26 +88,77 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_embedded: bool = Field(
         default=False,
-        description="use a local directory instead of an S3 server even when one runs",
+        description="use a local directory (home/objects) instead of an S3 server",
     )
 
     # Engine state and Spark
-    state_dir: Path | None = None
+    state_dir: Path | None = None  # default: home/state
     spark_master: str = "local[*]"
-    spark_jars_dir: Path | None = None
+    spark_jars_dir: Path | None = None  # default: home/jars/spark
 
     # Dagster
-    dagster_home: Path | None = None
+    dagster_home: Path | None = None  # default: home/dagster
     dagster_port: int = 3000
 
     # Physical names of the platform's assets start with this (a Kafka-topic-safe prefix)
     namespace: str = "fd"
 
-    # ------------------------------------------------------------------ derived endpoints
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = settings_file()
+        if path is not None and path.suffix == ".toml":
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        elif path is not None:
+            sources.append(DotEnvSettingsSource(settings_cls, env_file=path))
+        return tuple(sources)
+
+    # ------------------------------------------------------------------ directories
 
     @property
     def home_dir(self) -> Path:
-        return self.home.resolve()
+        return self.home.expanduser().resolve()
+
+    @property
+    def run_dir(self) -> Path:
+        """PID files and markers of the local stack."""
+        return self.home_dir / "run"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home_dir / "logs"
+
+    @property
+    def jars_dir(self) -> Path:
+        """Maven-fetched jars, one sub-directory per component."""
+        return self.home_dir / "jars"
+
+    @property
+    def state_path(self) -> Path:
+        """RocksDB state of engine runners."""
+        return (self.state_dir or self.home_dir / "state").expanduser().resolve()
+
+    @property
+    def spark_jars_path(self) -> Path:
+        return (self.spark_jars_dir or self.jars_dir / "spark").expanduser().resolve()
+
+    @property
+    def dagster_home_path(self) -> Path:
+        return (self.dagster_home or self.home_dir / "dagster").expanduser().resolve()
+
+    @property
+    def local_object_dir(self) -> Path:
+        """Where snapshots go when no S3 endpoint is used (``s3_embedded``)."""
+        return self.home_dir / "objects"
+
+    # ------------------------------------------------------------------ endpoints
 
     @property
     def postgres_host(self) -> str:
@@ -94,7 +180,26 @@ class Settings(BaseSettings):
         )
 
     @property
+    def platform_pg_dsn(self) -> str:
+        """psycopg DSN of the platform database (asset bank, ledgers, job registry)."""
+        return self.pg_dsn(self.pg_db)
+
+    @property
+    def platform_pg_url(self) -> str:
+        return self.pg_url(self.pg_db)
+
+    @property
+    def dagster_pg_dsn(self) -> str:
+        """psycopg DSN of Dagster's storage database."""
+        return self.pg_dsn(self.dagster_pg_db)
+
+    @property
+    def dagster_pg_url(self) -> str:
+        return self.pg_url(self.dagster_pg_db)
+
+    @property
     def kafka_servers(self) -> str:
+        """Kafka ``bootstrap.servers``."""
         return self.kafka_bootstrap or f"{self.host}:{self.kafka_port}"
 
     @property
@@ -105,25 +210,28 @@ class Settings(BaseSettings):
         return self.s3_endpoint or f"http://{self.host}:{self.s3_port}"
 
     @property
-    def local_object_dir(self) -> Path:
-        """Where snapshots go when no S3 endpoint is used."""
-        return self.home_dir / "objects"
-
-    @property
-    def state_path(self) -> Path:
-        return (self.state_dir or self.home_dir / "state").resolve()
-
-    @property
-    def spark_jars_path(self) -> Path:
-        return (self.spark_jars_dir or self.home_dir / "jars" / "spark").resolve()
-
-    @property
-    def dagster_home_path(self) -> Path:
-        return (self.dagster_home or self.home_dir / "dagster").resolve()
-
-    @property
     def dagster_url(self) -> str:
+        """The Dagster UI (and GraphQL API at ``/graphql``)."""
         return f"http://{self.host}:{self.dagster_port}"
+
+    # ------------------------------------------------------------------ hand-over
+
+    def as_env(self) -> dict[str, str]:
+        """These settings as ``FENNEL_*`` variables, for child processes (Dagster, Spark)."""
+        out: dict[str, str] = {}
+        for name, value in self.model_dump().items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = str(value).lower()
+            if isinstance(value, Path):
+                value = value.expanduser().resolve()
+            out[f"{ENV_PREFIX}{name.upper()}"] = str(value)
+        return out
+
+    def with_(self, **changes: Any) -> Settings:
+        """A validated copy with some fields changed (e.g. a throwaway home and port)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
 
 
 @lru_cache(maxsize=1)

@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         "-h", settings.host, "-p", str(settings.dagster_port),
     ]  # fmt: skip
     print(f"Dagster UI on {settings.dagster_url} (DAGSTER_HOME={env['DAGSTER_HOME']})", flush=True)
-    proc = subprocess.Popen(argv, env={**os.environ, **env}, preexec_fn=_default_sigint)
+    # the code server and daemon see exactly these settings (ports, home), not re-derived ones
+    child_env = {**os.environ, **settings.as_env(), **env}
+    proc = subprocess.Popen(argv, env=child_env, preexec_fn=_default_sigint)
 
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signal.SIGINT)  # dagster dev shuts its children down on SIGINT

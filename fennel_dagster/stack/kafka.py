@@ -47,8 +47,8 @@ class Kafka:
         self.config = self.root / "server.properties"
         self.daemon = Daemon(
             name=self.name,
-            pid_file=settings.home_dir / "run" / "kafka.pid",
-            log_file=settings.home_dir / "logs" / "kafka.log",
+            pid_file=settings.run_dir / "kafka.pid",
+            log_file=settings.logs_dir / "kafka.log",
             marker=str(self.config),
         )
 
@@ -95,11 +95,11 @@ class Kafka:
         return [
             require("java"), "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
-            "-cp", maven.classpath(self.s.home_dir, "kafka"), main, *args,
+            "-cp", maven.classpath(self.s, "kafka"), main, *args,
         ]  # fmt: skip
 
     def _prepare(self) -> None:
-        maven.fetch(self.s.home_dir, "kafka")
+        maven.fetch(self.s, "kafka")
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "log4j2.properties").write_text(LOG4J2)
         self.config.write_text(self._properties())

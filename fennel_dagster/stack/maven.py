@@ -11,28 +11,44 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
+from fennel_dagster.settings import Settings
 from fennel_dagster.stack.prereqs import require
 from fennel_dagster.stack.process import StackError
 
 COMPONENTS = ("kafka", "s3proxy", "spark")
 
 
-def jar_dir(home: Path, component: str) -> Path:
-    return home / "jars" / component
+def jar_dir(settings: Settings, component: str) -> Path:
+    if component == "spark":
+        return settings.spark_jars_path
+    return settings.jars_dir / component
 
 
-def fetch(home: Path, component: str) -> Path:
+def _pom(component: str) -> Path:
+    return Path(str(resources.files("fennel_dagster.stack").joinpath(f"{component}.xml")))
+
+
+def is_current(settings: Settings, component: str) -> bool:
+    """True when the jar directory holds exactly what the component's pom asks for."""
+    done = jar_dir(settings, component) / ".complete"
+    return done.exists() and done.read_text() == _pom(component).read_text()
+
+
+def fetch(settings: Settings, component: str) -> Path:
     """Copy ``component``'s runtime jars into the data directory (once); returns the dir."""
     if component not in COMPONENTS:
         raise StackError(f"unknown jar component {component!r}; known: {', '.join(COMPONENTS)}")
-    out = jar_dir(home, component)
+    out = jar_dir(settings, component)
     done = out / ".complete"
-    pom = Path(str(resources.files("fennel_dagster.stack").joinpath(f"{component}.xml")))
-    if done.exists() and done.read_text() == pom.read_text():
+    pom = _pom(component)
+    if is_current(settings, component):
         return out
     require("java")
     mvn = require("mvn")
     out.mkdir(parents=True, exist_ok=True)
+    if out.is_relative_to(settings.jars_dir):  # ours: drop jars of an older pom
+        for stale in out.glob("*.jar"):
+            stale.unlink()
     cmd = [
         mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
         f"-DoutputDirectory={out}", "-DincludeScope=runtime", "-Dmdep.overWriteIfNewer=true",
@@ -48,5 +64,5 @@ def fetch(home: Path, component: str) -> Path:
     return out
 
 
-def classpath(home: Path, component: str) -> str:
-    return str(jar_dir(home, component) / "*")
+def classpath(settings: Settings, component: str) -> str:
+    return str(jar_dir(settings, component) / "*")

@@ -32,8 +32,8 @@ class Postgres:
         self.sock = self.root / "sock"
         self.daemon = Daemon(
             name=self.name,
-            pid_file=settings.home_dir / "run" / "postgres.pid",
-            log_file=settings.home_dir / "logs" / "postgres.log",
+            pid_file=settings.run_dir / "postgres.pid",
+            log_file=settings.logs_dir / "postgres.log",
             marker=str(self.data),
         )
 

@@ -57,8 +57,8 @@ class S3Server:
         self.config = settings.home_dir / "s3proxy.properties"
         self.daemon = Daemon(
             name=self.name,
-            pid_file=settings.home_dir / "run" / "s3.pid",
-            log_file=settings.home_dir / "logs" / "s3.log",
+            pid_file=settings.run_dir / "s3.pid",
+            log_file=settings.logs_dir / "s3.log",
             marker=str(self.config),
         )
 
@@ -87,14 +87,14 @@ class S3Server:
         )
 
     def start(self) -> None:
-        maven.fetch(self.s.home_dir, "s3proxy")
+        maven.fetch(self.s, "s3proxy")
         self.root.mkdir(parents=True, exist_ok=True)
         self.config.write_text(self._properties())
         (self.root.parent / "s3proxy-logback.xml").write_text(LOGBACK)
         argv = [
             require("java"), "-Xms64m", "-Xmx256m", "-Djava.awt.headless=true",
             f"-Dlogback.configurationFile={self.root.parent / 's3proxy-logback.xml'}",
-            "-cp", maven.classpath(self.s.home_dir, "s3proxy"),
+            "-cp", maven.classpath(self.s, "s3proxy"),
             "org.gaul.s3proxy.Main", "--properties", str(self.config),
         ]  # fmt: skip
         self.daemon.start(argv, env={**os.environ, "LOG_LEVEL": "warn"})

@@ -13,6 +13,7 @@ from typing import Any
 
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack import maven
+from fennel_dagster.stack.process import StackError
 from fennel_dagster.stack.service import Health
 
 
@@ -41,7 +42,7 @@ class Spark:
 
     def __init__(self, settings: Settings) -> None:
         self.s = settings
-        self.marker = settings.home_dir / "run" / "spark.ok"
+        self.marker = settings.run_dir / "spark.ok"
 
     def endpoint(self) -> str:
         return self.s.spark_master
@@ -53,12 +54,12 @@ class Spark:
         return None
 
     def start(self) -> None:
-        maven.fetch(self.s.home_dir, "spark")
+        if not maven.is_current(self.s, "spark"):
+            maven.fetch(self.s, "spark")
+            self.marker.unlink(missing_ok=True)  # new jars: verify the session again
         if not self.marker.exists():
             health = self.check_session()
             if not health.ok:
-                from fennel_dagster.stack.process import StackError
-
                 raise StackError(f"a local Spark session did not run: {health.detail}")
             self.marker.parent.mkdir(parents=True, exist_ok=True)
             self.marker.write_text(health.detail)
@@ -68,7 +69,7 @@ class Spark:
 
     def check_session(self) -> Health:
         """Run the session check in a child process so Spark's console noise goes to a log."""
-        log = self.s.home_dir / "logs" / "spark.log"
+        log = self.s.logs_dir / "spark.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         code = (
             "from fennel_dagster.stack.spark import Spark; import sys; "
@@ -76,7 +77,7 @@ class Spark:
             "h = Spark(get_settings()).run_session_check(); print('RESULT', h.ok, h.detail); "
             "sys.exit(0 if h.ok else 1)"
         )
-        env = {**os.environ, "FENNEL_HOME": str(self.s.home_dir)}
+        env = {**os.environ, **self.s.as_env()}
         with open(log, "a") as out:
             proc = subprocess.run(
                 [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=out, text=True, env=env
@@ -103,8 +104,8 @@ class Spark:
 
     def health(self) -> Health:
         jars = list(self.s.spark_jars_path.glob("*.jar"))
-        if not jars:
-            return Health(False, "jars not fetched (run `fennel-dagster stack up`)")
+        if not jars or not maven.is_current(self.s, "spark"):
+            return Health(False, "jars missing or stale (run `fennel-dagster stack up`)")
         if not self.marker.exists():
             return Health(False, "session not verified yet")
         return Health(True, f"{len(jars)} jars; {self.marker.read_text().strip()}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fennel_dagster.settings import Settings
 from fennel_dagster.stack.prereqs import require
 from fennel_dagster.stack.process import StackError
 
@@ -19,9 +20,15 @@ def test_missing_prerequisite_names_what_to_install(monkeypatch: pytest.MonkeyPa
         require("java")
 
 
-def test_status_of_a_stack_never_started_exits_nonzero_and_says_stopped(tmp_path: Path) -> None:
-    env = {**os.environ, "FENNEL_HOME": str(tmp_path), "FENNEL_PG_PORT": "55497",
-           "FENNEL_KAFKA_PORT": "55496", "FENNEL_S3_PORT": "55495"}  # fmt: skip
+def test_status_of_a_stack_never_started_exits_nonzero_and_says_stopped(
+    settings: Settings, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        **settings.with_(
+            home=tmp_path, pg_port=settings.pg_port + 65, kafka_port=settings.kafka_port + 65
+        ).as_env(),
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "fennel_dagster.cli.main", "stack", "status", "postgres", "kafka"],
         capture_output=True, text=True, env=env, timeout=60,

@@ -40,8 +40,9 @@ def _descendants(pid: int) -> set[int]:
 def test_dev_serves_the_ui_and_stops_with_all_children_on_signal(
     live_stack: Settings, sig: signal.Signals
 ) -> None:
-    port = 3391 if sig == signal.SIGTERM else 3392
-    env = {**os.environ, "FENNEL_DAGSTER_PORT": str(port), "FENNEL_HOME": str(live_stack.home_dir)}
+    # ports beside the configured UI port, so parallel stacks (CI clones) never share one
+    port = live_stack.dagster_port + (391 if sig == signal.SIGTERM else 392)
+    env = {**os.environ, **live_stack.as_env(), "FENNEL_DAGSTER_PORT": str(port)}
     cli = Path(sys.executable).with_name("fennel-dagster")
     # started the way a shell's `&` starts it: SIGINT ignored, which dev must undo for dagster
     proc = subprocess.Popen(

@@ -34,8 +34,10 @@ def throwaway_home(live_stack: Settings, unique_name: str) -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def test_down_stops_our_process_and_status_reports_it_stopped(throwaway_home: Path) -> None:
-    throwaway = Settings(home=throwaway_home, pg_port=55499)
+def test_down_stops_our_process_and_status_reports_it_stopped(
+    live_stack: Settings, throwaway_home: Path
+) -> None:
+    throwaway = live_stack.with_(home=throwaway_home, pg_port=live_stack.pg_port + 67)
     started = stack.up(throwaway, ["postgres"])
     pid = started[0].pid
     assert started[0].health.ok and pid is not None
@@ -49,8 +51,10 @@ def test_down_stops_our_process_and_status_reports_it_stopped(throwaway_home: Pa
     assert stack.down(throwaway, ["postgres"])[0].action == "was not running"
 
 
-def test_a_pid_file_of_someone_elses_process_is_not_ours(tmp_path: Path) -> None:
-    throwaway = Settings(home=tmp_path / "home", pg_port=55498)
+def test_a_pid_file_of_someone_elses_process_is_not_ours(
+    settings: Settings, tmp_path: Path
+) -> None:
+    throwaway = settings.with_(home=tmp_path / "home", pg_port=settings.pg_port + 66)
     pid_file = throwaway.home_dir / "run" / "postgres.pid"
     pid_file.parent.mkdir(parents=True)
     pid_file.write_text(f"{os.getpid()}\n")  # this test process: alive, but not our postgres
