@@ -41,12 +41,21 @@ else
   UV=("$PYTHON" -m uv)
 fi
 
-[ -x .venv/bin/python ] || "${UV[@]}" venv -q -p "$PYTHON" .venv
-
 stamp=.venv/.fennel-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+# Two attempts: a venv that vanished mid-install (a clean-up racing us) is made again.
+for attempt in 1 2; do
+  [ -x .venv/bin/python ] || "${UV[@]}" venv -q -p "$PYTHON" .venv
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    break
+  fi
   echo "installing Python dependencies into .venv"
-  "${UV[@]}" pip install -q -p .venv/bin/python -e '.[test]'
-  echo "$want" > "$stamp"
-fi
+  if "${UV[@]}" pip install -q -p .venv/bin/python -e '.[test]' && [ -x .venv/bin/python ]; then
+    echo "$want" > "$stamp"
+    break
+  fi
+  if [ "$attempt" -eq 2 ] || [ -x .venv/bin/python ]; then
+    echo "could not install the Python dependencies into .venv" >&2
+    exit 1
+  fi
+done
