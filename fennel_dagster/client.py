@@ -107,9 +107,10 @@ class Client:
             encode(result.commit), request.message, self.author, expected_head=base,
         )  # fmt: skip
 
-    def recover(self) -> dict[str, int]:
-        """Finish or roll back whatever interrupted commits left behind."""
-        return janitor.recover(self.conn, self.lock_conn, self.physical)
+    def recover(self, wait: float = 10.0) -> dict[str, int]:
+        """Finish or roll back whatever interrupted commits left behind; waits up to ``wait``
+        seconds for branches whose (possibly dying) committer still holds the lock."""
+        return janitor.recover(self.conn, self.lock_conn, self.physical, wait=wait)
 
     # ---------------------------------------------------------------- branches
 

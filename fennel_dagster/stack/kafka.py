@@ -55,6 +55,9 @@ class Kafka:
     def endpoint(self) -> str:
         return self.s.kafka_servers
 
+    def jars_current(self) -> bool:
+        return maven.is_current(self.s, "kafka")
+
     def log_path(self) -> str:
         return str(self.daemon.log_file)
 

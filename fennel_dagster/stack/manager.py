@@ -54,24 +54,31 @@ def up(
     names: Iterable[str] | None = None,
     report: Callable[[ServiceStatus], None] = lambda s: None,
 ) -> list[ServiceStatus]:
-    """Start what is not running; leave running healthy services alone."""
+    """Start what is not running; leave running healthy services alone.
+
+    A running service is restarted when it is ours but unhealthy, or when its pom changed
+    since it started (new jars), so ``up`` after a version bump gives the current stack.
+    """
     out = []
     for svc in _select(settings, names):
         t0 = time.monotonic()
         pid = svc.running_pid()
         health = svc.health() if (pid or svc.name == "spark") else Health(False, "not running")
-        if health.ok:
+        current = svc.jars_current()
+        if health.ok and current:
             status = ServiceStatus(svc.name, svc.endpoint(), pid, health, "already running")
         else:
+            action = "started"
             if pid is not None:
-                svc.stop()  # ours but unhealthy: restart it
+                action = "restarted (new jars)" if health.ok else "restarted (was unhealthy)"
+                svc.stop()
             svc.start()
             status = ServiceStatus(
                 svc.name,
                 svc.endpoint(),
                 svc.running_pid(),
                 svc.health(),
-                "started",
+                action,
                 time.monotonic() - t0,
             )
         report(status)
@@ -85,6 +92,8 @@ def down(settings: Settings, names: Iterable[str] | None = None) -> list[Service
         pid = svc.running_pid()
         stopped = svc.stop()
         action = f"stopped pid {pid}" if stopped else "was not running"
+        if svc.name == "spark":
+            action = "no daemon (runs in-process)"
         out.append(ServiceStatus(svc.name, svc.endpoint(), None, Health(False, "stopped"), action))
     return out
 

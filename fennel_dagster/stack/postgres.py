@@ -40,6 +40,9 @@ class Postgres:
     def endpoint(self) -> str:
         return f"{self.s.postgres_host}:{self.s.pg_port}"
 
+    def jars_current(self) -> bool:
+        return True  # no jars
+
     def log_path(self) -> str:
         return str(self.daemon.log_file)
 

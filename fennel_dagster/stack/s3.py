@@ -65,6 +65,9 @@ class S3Server:
     def endpoint(self) -> str:
         return f"http://{self.s.host}:{self.s.s3_port}"
 
+    def jars_current(self) -> bool:
+        return maven.is_current(self.s, "s3proxy")
+
     def log_path(self) -> str:
         return str(self.daemon.log_file)
 

@@ -33,8 +33,36 @@ def spark_session(settings: Settings, app: str = "fennel-dagster") -> Any:
         .config("spark.driver.memory", "1g")
     )
     if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
+        # On the driver's own classpath (not only spark.jars' child loader), so that JDBC's
+        # DriverManager and Hadoop's FileSystem loader find the Postgres driver and S3A.
+        builder = builder.config("spark.jars", ",".join(jars)).config(
+            "spark.driver.extraClassPath", str(settings.spark_jars_path / "*")
+        )
+    for key, value in s3a_options(settings).items():
+        builder = builder.config(f"spark.hadoop.{key}", value)
     return builder.getOrCreate()
+
+
+def s3a_options(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A options for the configured S3 endpoint (``s3a://<bucket>/...`` paths)."""
+    if settings.s3_url is None:
+        return {}
+    return {
+        "fs.s3a.endpoint": settings.s3_url,
+        "fs.s3a.endpoint.region": settings.s3_region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": str(settings.s3_url.startswith("https")).lower(),
+        "fs.s3a.access.key": settings.s3_access_key,
+        "fs.s3a.secret.key": settings.s3_secret_key,
+        "fs.s3a.aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        ),
+    }
+
+
+def jdbc_url(settings: Settings, db: str | None = None) -> str:
+    """The Postgres JDBC URL Spark reads offline tables with (driver org.postgresql.Driver)."""
+    return f"jdbc:postgresql://{settings.postgres_host}:{settings.pg_port}/{db or settings.pg_db}"
 
 
 class Spark:
@@ -46,6 +74,9 @@ class Spark:
 
     def endpoint(self) -> str:
         return self.s.spark_master
+
+    def jars_current(self) -> bool:
+        return True  # checked by health(): stale jars make it unhealthy
 
     def log_path(self) -> str:
         return "(spark runs in-process; no log)"

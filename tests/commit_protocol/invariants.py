@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from fennel_dagster.client import Client
 
 
@@ -37,13 +39,23 @@ def assert_invariants(client: Client) -> None:
     assert leftovers == [] and open_attempts == (0,), (
         f"unfinished work after recovery: {leftovers} {open_attempts}"
     )
-    # the set of Kafka topics of the platform equals the topic assets with a positive ref count
-    topics = client.physical.topics(f"{client.settings.namespace}.")
-    assert topics == {n for n, k in referenced.items() if k == "topic"}
+    # the set of Kafka topics of the platform equals the topic assets with a positive ref count;
+    # a listing can lag the broker's last create/delete by a moment, so wait for it to settle
+    wanted = {n for n, k in referenced.items() if k == "topic"}
+    deadline = time.monotonic() + 10
+    while (
+        topics := client.physical.topics(f"{client.settings.namespace}.")
+    ) != wanted and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert topics == wanted, (
+        f"stray topics {sorted(topics - wanted)}, missing topics {sorted(wanted - topics)}"
+    )
     # object-store prefixes likewise
     markers = {m.removesuffix(".fennel-asset") for m in client.physical.prefixes()}
     want_prefixes = {f"{client.settings.namespace}/" + p for p in _prefix_specs(client, referenced)}
-    assert markers == want_prefixes
+    assert markers == want_prefixes, (
+        f"stray {sorted(markers - want_prefixes)}, missing {sorted(want_prefixes - markers)}"
+    )
     # every branch shows exactly its head commit's graph: never a mix
     for branch, hashes in heads:
         assert set(hashes) == refs_by_branch.get(branch, set()), (
