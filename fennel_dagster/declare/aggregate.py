@@ -115,19 +115,10 @@ class LastK(Aggregation):
         super().__init__(of, window, into_field, limit=limit, dedup=dedup, dropnull=dropnull)
 
 
-class FirstK(Aggregation):
-    kind = "firstk"
+class FirstK(LastK):
+    """The first ``limit`` values in event-time order (LastK's mirror image)."""
 
-    def __init__(
-        self,
-        of: str,
-        limit: int,
-        dedup: bool,
-        window: Window | None = None,
-        dropnull: bool = False,
-        into_field: str = "",
-    ) -> None:
-        super().__init__(of, window, into_field, limit=limit, dedup=dedup, dropnull=dropnull)
+    kind = "firstk"
 
 
 class Distinct(Aggregation):
