@@ -10,12 +10,17 @@ import sys
 from pathlib import Path
 
 from fennel_dagster.dagster_home import prepare_dagster_home
-from fennel_dagster.settings import get_settings
+from fennel_dagster.settings import get_settings, project_root
+from fennel_dagster.stack.process import StackError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("dev", help="run `dagster dev -w workspace.yaml` against the local stack")
-    p.add_argument("--workspace", default="workspace.yaml")
+    p.add_argument(
+        "--workspace",
+        default=None,
+        help="workspace file (default: workspace.yaml of the project root)",
+    )
     p.set_defaults(func=run)
 
 
@@ -28,7 +33,9 @@ def _default_sigint() -> None:
 def run(args: argparse.Namespace) -> int:
     settings = get_settings()
     env = prepare_dagster_home(settings)
-    workspace = Path(args.workspace).resolve()
+    workspace = Path(args.workspace or project_root() / "workspace.yaml").resolve()
+    if not workspace.is_file():
+        raise StackError(f"no Dagster workspace at {workspace}: run from the project checkout")
     dagster = Path(sys.executable).with_name("dagster")
     argv = [
         str(dagster), "dev", "-w", str(workspace),
@@ -37,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Dagster UI on {settings.dagster_url} (DAGSTER_HOME={env['DAGSTER_HOME']})", flush=True)
     # the code server and daemon see exactly these settings (ports, home), not re-derived ones
     child_env = {**os.environ, **settings.as_env(), **env}
-    proc = subprocess.Popen(argv, env=child_env, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(argv, env=child_env, cwd=workspace.parent, preexec_fn=_default_sigint)
 
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signal.SIGINT)  # dagster dev shuts its children down on SIGINT
