@@ -32,6 +32,8 @@ logger.kafka.name = kafka
 logger.kafka.level = warn
 logger.apache.name = org.apache.kafka
 logger.apache.level = warn
+logger.state.name = state.change.logger
+logger.state.level = warn
 logger.started.name = kafka.server.KafkaRaftServer
 logger.started.level = info
 """
