@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         a.add_argument("services", nargs="*", help=f"subset of: {', '.join(stack.SERVICES)}")
         a.set_defaults(func=_run)
     logs = actions.add_parser("logs", help="print (or follow) a service's log")
-    logs.add_argument("service", choices=[s for s in stack.SERVICES if s != "spark"])
+    logs.add_argument("service", choices=list(stack.SERVICES))
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.set_defaults(func=_logs)

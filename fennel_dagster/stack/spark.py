@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from fennel_dagster.settings import Settings
@@ -79,7 +80,8 @@ class Spark:
         return True  # checked by health(): stale jars make it unhealthy
 
     def log_path(self) -> str:
-        return "(spark runs in-process; no log)"
+        """The log of the session check (Spark itself runs inside each user's process)."""
+        return str(self.s.logs_dir / "spark.log")
 
     def running_pid(self) -> int | None:
         return None
@@ -100,7 +102,7 @@ class Spark:
 
     def check_session(self) -> Health:
         """Run the session check in a child process so Spark's console noise goes to a log."""
-        log = self.s.logs_dir / "spark.log"
+        log = Path(self.log_path())
         log.parent.mkdir(parents=True, exist_ok=True)
         code = (
             "from fennel_dagster.stack.spark import Spark; import sys; "

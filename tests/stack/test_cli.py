@@ -37,3 +37,45 @@ def test_status_of_a_stack_never_started_exits_nonzero_and_says_stopped(
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("postgres") and lines[0].rstrip().endswith("stopped")
     assert lines[1].startswith("kafka") and lines[1].rstrip().endswith("stopped")
+
+
+def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **settings.as_env()}
+    return subprocess.run(
+        [sys.executable, "-m", "fennel_dagster.cli.main", *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.services
+def test_status_of_the_live_stack_exits_zero_with_one_up_line_per_service(
+    live_stack: Settings,
+) -> None:
+    proc = _cli(live_stack, "stack", "status")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["postgres", "kafka", "s3", "spark"]
+    assert all(ln.split()[1] == "up" for ln in lines)
+    assert f"127.0.0.1:{live_stack.pg_port}" in lines[0]
+
+
+@pytest.mark.services
+def test_up_through_the_cli_reports_each_running_service_as_already_running(
+    live_stack: Settings,
+) -> None:
+    proc = _cli(live_stack, "stack", "up", "postgres", "s3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("already running") == 2
+
+
+@pytest.mark.services
+def test_logs_prints_the_tail_of_a_service_log(live_stack: Settings) -> None:
+    proc = _cli(live_stack, "stack", "logs", "postgres", "-n", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert 0 < len(proc.stdout.splitlines()) <= 3
+
+
+def test_unknown_service_is_refused_with_the_known_names(settings: Settings) -> None:
+    proc = _cli(settings, "stack", "status", "redis")
+    assert proc.returncode == 2
+    assert "unknown service(s) ['redis']; known: postgres, kafka, s3, spark" in proc.stderr
