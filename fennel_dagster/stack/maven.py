@@ -2,11 +2,14 @@
 
 Each component has its own small pom next to this file and its own output directory, so
 no service's classpath carries another's jars. Maven's local repository (~/.m2) is the
-download cache; the copy into the data directory is skipped when already complete.
+download cache; the jars are hard-linked from it into the data directory (copied across file
+systems), once per pom version.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -35,7 +38,7 @@ def is_current(settings: Settings, component: str) -> bool:
 
 
 def fetch(settings: Settings, component: str) -> Path:
-    """Copy ``component``'s runtime jars into the data directory (once); returns the dir."""
+    """Put ``component``'s runtime jars into its directory (once); returns the dir."""
     if component not in COMPONENTS:
         raise StackError(f"unknown jar component {component!r}; known: {', '.join(COMPONENTS)}")
     out = jar_dir(settings, component)
@@ -49,9 +52,10 @@ def fetch(settings: Settings, component: str) -> Path:
     if out.is_relative_to(settings.jars_dir):  # ours: drop jars of an older pom
         for stale in out.glob("*.jar"):
             stale.unlink()
+    listing = out / ".classpath"
     cmd = [
-        mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-        f"-DoutputDirectory={out}", "-DincludeScope=runtime", "-Dmdep.overWriteIfNewer=true",
+        mvn, "-q", "-B", "-f", str(pom), "dependency:build-classpath",
+        f"-Dmdep.outputFile={listing}", "-DincludeScope=runtime",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
@@ -60,8 +64,19 @@ def fetch(settings: Settings, component: str) -> Path:
             f"{(proc.stdout + proc.stderr)[-3000:]}\n"
             "Check that Maven Central is reachable and retry `fennel-dagster stack up`."
         )
+    for src in filter(None, listing.read_text().strip().split(os.pathsep)):
+        _link_or_copy(Path(src), out / Path(src).name)
     done.write_text(pom.read_text())
     return out
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """A hard link into Maven's cache (no second copy of ~800 MB per home), else a copy."""
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(src, dst)
 
 
 def classpath(settings: Settings, component: str) -> str:
