@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fennel_dagster.cli import dev, stack
+from fennel_dagster.cli import dev, settings, stack
 from fennel_dagster.stack.process import StackError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fennel-dagster", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="fennel-dagster",
+        description="fennel_dagster: the local stack, the Dagster UI, and the platform settings.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     stack.register(sub)
     dev.register(sub)
+    settings.register(sub)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,3 +80,20 @@ def test_unknown_service_is_refused_with_the_known_names(settings: Settings) -> 
     proc = _cli(settings, "stack", "status", "redis")
     assert proc.returncode == 2
     assert "unknown service(s) ['redis']; known: postgres, kafka, s3, spark" in proc.stderr
+
+
+def test_settings_command_prints_exports_a_shell_can_eval_and_json(
+    settings: Settings, tmp_path: Path
+) -> None:
+    custom = settings.with_(home=tmp_path, kafka_port=61234)
+    exports = _cli(custom, "settings")
+    assert exports.returncode == 0, exports.stderr
+    assert "export FENNEL_KAFKA_PORT=61234" in exports.stdout.splitlines()
+    shell = subprocess.run(
+        ["bash", "-c", exports.stdout + "\necho $FENNEL_HOME"],
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert shell.stdout.strip() == str(tmp_path)
+    as_json = json.loads(_cli(custom, "settings", "--json").stdout)
+    assert as_json["kafka_servers"] == f"{custom.host}:61234"
+    assert as_json["dagster_pg_url"] == custom.dagster_pg_url
