@@ -18,29 +18,37 @@ from fennel_dagster.stack.process import StackError
 from fennel_dagster.stack.service import Health
 
 
+def spark_conf(settings: Settings, app: str = "fennel-dagster") -> dict[str, str]:
+    """The Spark configuration of the platform: master, small local defaults, the stack's jars
+    and S3A. Also what a ``dagster_pyspark.PySparkResource(spark_config=...)`` takes."""
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app,
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "1g",
+    }
+    if settings.spark_master.startswith("local"):
+        conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = settings.host  # loopback
+    jars = sorted(str(p) for p in settings.spark_jars_path.glob("*.jar"))
+    if jars:
+        # On the driver's own classpath too (not only spark.jars' child loader), so that JDBC's
+        # DriverManager and Hadoop's FileSystem loader find the Postgres driver and S3A.
+        conf["spark.jars"] = ",".join(jars)
+        conf["spark.driver.extraClassPath"] = str(settings.spark_jars_path / "*")
+    conf.update({f"spark.hadoop.{k}": v for k, v in s3a_options(settings).items()})
+    return conf
+
+
 def spark_session(settings: Settings, app: str = "fennel-dagster") -> Any:
-    """A local SparkSession with the stack's jars on its classpath."""
+    """A SparkSession (``local[*]`` by default) configured by :func:`spark_conf`."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
-
-    jars = sorted(str(p) for p in settings.spark_jars_path.glob("*.jar"))
-    builder = (
-        SparkSession.builder.master(settings.spark_master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-    )
-    if jars:
-        # On the driver's own classpath (not only spark.jars' child loader), so that JDBC's
-        # DriverManager and Hadoop's FileSystem loader find the Postgres driver and S3A.
-        builder = builder.config("spark.jars", ",".join(jars)).config(
-            "spark.driver.extraClassPath", str(settings.spark_jars_path / "*")
-        )
-    for key, value in s3a_options(settings).items():
-        builder = builder.config(f"spark.hadoop.{key}", value)
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app).items():
+        builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
