@@ -21,12 +21,16 @@ as late and dropped from it.
 from __future__ import annotations
 
 import json
+import math
+import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fennel_dagster.ops import tiles
 from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
 from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
@@ -138,6 +142,322 @@ def aggregate_values(agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[
     raise ValueError(f"unknown aggregation {agg.kind!r}")
 
 
+# --------------------------------------------------------------------------- continuous windows
+
+TILED = frozenset({"count", "sum", "avg", "min", "max", "stddev"})
+_TILE = struct.Struct(">QQ")
+_FLIP = 1 << 63
+
+
+def tiles_namespace(scope: str, node: spec.AggregateNode) -> str:
+    return f"{namespace(scope, node)}:tiles"
+
+
+def _tiled(agg: spec.AggSpec) -> bool:
+    return agg.kind in TILED and not (agg.kind == "count" and agg.unique)
+
+
+def _tile_key(prefix: bytes, size: int, idx: int) -> bytes:
+    return prefix + _TILE.pack(size, idx + _FLIP)
+
+
+def _wkey(w: spec.WindowSpec) -> tuple[str, int | None]:
+    return (w.kind, None if w.kind == "forever" else w.duration)
+
+
+@dataclass
+class _Layout:
+    """What a continuous aggregate node keeps in tiles and what it assembles from raw events."""
+
+    tiled: list[spec.AggSpec]
+    raw: list[spec.AggSpec]
+    windows: dict[tuple[str, int | None], tuple[int, ...]]
+    sizes: tuple[int, ...]
+    cols: dict[str, bool]  # tiled column -> keeps sums of squares (a stddev reads it)
+
+    @classmethod
+    def of(cls, node: spec.AggregateNode) -> _Layout:
+        tiled = [a for a in node.aggs if _tiled(a)]
+        windows = {_wkey(a.window): tiles.levels(a.window.kind, a.window.duration) for a in tiled}
+        cols: dict[str, bool] = {}
+        for a in tiled:
+            if a.of:
+                cols[a.of] = cols.get(a.of, False) or a.kind == "stddev"
+        sizes = tuple(sorted({s for lv in windows.values() for s in lv}))
+        return cls(tiled, [a for a in node.aggs if not _tiled(a)], windows, sizes, cols)
+
+
+def _lows(w: tuple[str, int | None], hi: np.ndarray) -> np.ndarray:
+    if w[0] == "forever":
+        return np.full(len(hi), tiles.NEG_INF, dtype=np.int64)
+    return hi - (w[1] or 0) * US + 1
+
+
+class _Source:
+    """Events or one level's tiles of one key, as prefix sums and min/max arrays per column."""
+
+    def __init__(self, pos: np.ndarray, n: np.ndarray) -> None:
+        self.pos = pos
+        self.n = tiles.prefix(n)
+        self.cols: dict[str, dict[str, np.ndarray]] = {}
+
+
+def _number_array(values: list[Any], fill: float) -> np.ndarray:
+    big = any(isinstance(v, int) and not -(2**53) <= v <= 2**53 for v in values if v is not None)
+    return np.array([fill if v is None else v for v in values], dtype=object if big else float)
+
+
+def _fill_column(
+    src: _Source,
+    col: str,
+    stats: list[list[Any]],
+    scale: int,
+    squares: bool,
+) -> None:
+    """``stats``: per element ``[c, fc, sn, se, qn, qe, mn, mx]`` (tile layout)."""
+    arrays = {
+        "c": tiles.prefix(np.array([s[0] for s in stats], dtype=np.int64)),
+        "fc": tiles.prefix(np.array([s[1] for s in stats], dtype=np.int64)),
+        "s": tiles.prefix(_objects([s[2] << (s[3] - scale) for s in stats])),
+        "mn": _number_array([s[6] for s in stats], np.inf),
+        "mx": _number_array([s[7] for s in stats], -np.inf),
+    }
+    if squares:
+        q = [s[4] << (s[5] - 2 * scale) for s in stats]
+        arrays["q"] = tiles.prefix(_objects(q))
+    src.cols[col] = arrays
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
+
+
+def _event_stats(v: Any, squares: bool) -> list[Any]:
+    if v is None:
+        return [0, 0, 0, 0, 0, 0, None, None]
+    n, e = tiles.exact(v)
+    return [1, int(isinstance(v, float)), n, e, n * n if squares else 0, 2 * e, v, v]
+
+
+def _scale(stats: list[list[Any]]) -> int:
+    exps = [s[3] for s in stats if s[2]] + [s[5] // 2 for s in stats if s[4]]
+    return min(exps, default=0)
+
+
+def _key_values(
+    lay: _Layout,
+    reader: StateReader,
+    ns: str,
+    key: tuple[Any, ...],
+    hi: np.ndarray,
+    new: list[tuple[int, dict[str, Any]]] | None = None,
+    wb: WriteBatch | None = None,
+) -> dict[str, list[Any]]:
+    """Every aggregation of one key at each time of ``hi`` (microseconds, inclusive).
+
+    With ``new`` (this batch's events of the key: time, record), first records them: raw
+    entries and tile updates go to ``wb``; the values then include them."""
+    tns = ns + ":tiles"
+    prefix = key_prefix(key)
+    plans = {w: tiles.plan(lv, _lows(w, hi), hi) for w, lv in lay.windows.items()}
+    raw_lo: list[np.ndarray] = []
+    raw_hi: list[np.ndarray] = []
+    for p in plans.values():
+        raw_lo += [p.la, p.ra]
+        raw_hi += [p.lb, p.rb]
+    for a in lay.raw:
+        raw_lo.append(_lows(_wkey(a.window), hi))
+        raw_hi.append(hi + 1)
+    new_ts = np.array([t for t, _ in new], dtype=np.int64) if new else np.zeros(0, np.int64)
+    raw_lo.append(new_ts)  # the instants of new events: their sequence numbers
+    raw_hi.append(new_ts + 1)
+    tile_lo: dict[int, list[np.ndarray]] = {s: [new_ts // s] for s in lay.sizes}
+    tile_hi: dict[int, list[np.ndarray]] = {s: [new_ts // s + 1] for s in lay.sizes}
+    for p in plans.values():
+        for size, l0, l1, r0, r1 in p.tiles:
+            tile_lo[size] += [l0, r0]
+            tile_hi[size] += [l1, r1]
+
+    events: list[tuple[int, int, dict[str, Any]]] = []
+    for a, b in tiles.merge_intervals(np.concatenate(raw_lo), np.concatenate(raw_hi)):
+        for k, v in reader.scan(ns, entry_key(key, a, 0), entry_key(key, b, 0)):
+            events.append((*split_entry(k), loads(v)))
+    levels: dict[int, dict[int, dict[str, Any]]] = {}
+    for size in lay.sizes:
+        found: dict[int, dict[str, Any]] = {}
+        iv = tiles.merge_intervals(np.concatenate(tile_lo[size]), np.concatenate(tile_hi[size]))
+        for a, b in iv:
+            for k, v in reader.scan(tns, _tile_key(prefix, size, a), _tile_key(prefix, size, b)):
+                found[_TILE.unpack(k[-_TILE.size :])[1] - _FLIP] = loads(v)
+        levels[size] = found
+
+    if new:
+        assert wb is not None
+        taken = {(t, s) for t, s, _ in events}
+        for t, rec in new:
+            seq = content_seq({**rec, "_k": list(key)})
+            while (t, seq) in taken:
+                seq += 1
+            taken.add((t, seq))
+            wb.put(ns, entry_key(key, t, seq), dumps(rec))
+            events.append((t, seq, rec))
+        for size in lay.sizes:
+            groups: dict[int, list[dict[str, Any]]] = {}
+            for t, rec in new:
+                groups.setdefault(t // size, []).append(rec)
+            for idx, recs in groups.items():
+                part = {
+                    "n": len(recs),
+                    "v": {
+                        c: tiles.col_stats([r.get(c) for r in recs], sq)
+                        for c, sq in lay.cols.items()
+                    },
+                }
+                old = levels[size].get(idx)
+                merged = part if old is None else tiles.merge_stats(old, part)
+                levels[size][idx] = merged
+                wb.put(tns, _tile_key(prefix, size, idx), dumps(merged))
+    events.sort(key=lambda e: (e[0], e[1]))
+
+    out: dict[str, list[Any]] = {}
+    if lay.tiled:
+        out.update(_tiled_values(lay, plans, events, levels))
+    if lay.raw:
+        stamps = np.array([e[0] for e in events], dtype=np.int64)
+        for a in lay.raw:
+            i0 = np.searchsorted(stamps, _lows(_wkey(a.window), hi), "left")
+            i1 = np.searchsorted(stamps, hi + 1, "left")
+            out[a.into] = [
+                aggregate_values(
+                    a,
+                    [e[2].get(a.of) if a.of else 1 for e in events[x:y]],
+                    [e[0] for e in events[x:y]],
+                )
+                for x, y in zip(i0.tolist(), i1.tolist(), strict=True)
+            ]
+    return out
+
+
+def _tiled_values(
+    lay: _Layout,
+    plans: dict[tuple[str, int | None], tiles.Plan],
+    events: list[tuple[int, int, dict[str, Any]]],
+    levels: dict[int, dict[int, dict[str, Any]]],
+) -> dict[str, list[Any]]:
+    raw = _Source(np.array([e[0] for e in events], dtype=np.int64), np.ones(len(events), np.int64))
+    srcs: dict[int | None, _Source] = {None: raw}
+    tile_stats: dict[int, list[dict[str, Any]]] = {}
+    for size, found in levels.items():
+        order = sorted(found)
+        tile_stats[size] = [found[i] for i in order]
+        n = np.array([s["n"] for s in tile_stats[size]], dtype=np.int64)
+        srcs[size] = _Source(np.array(order, dtype=np.int64), n)
+    empty = [0, 0, 0, 0, 0, 0, None, None]
+    scales: dict[str, int] = {}
+    for col, squares in lay.cols.items():
+        per: dict[int | None, list[list[Any]]] = {
+            None: [_event_stats(e[2].get(col), squares) for e in events]
+        }
+        for size, stats in tile_stats.items():
+            per[size] = [s["v"].get(col, empty) for s in stats]
+        scale = min((_scale(st) for st in per.values()), default=0)
+        for where, st in per.items():
+            _fill_column(srcs[where], col, st, scale, squares)
+        scales[col] = scale
+
+    out: dict[str, list[Any]] = {}
+    for w, p in plans.items():
+        pieces = [
+            (raw, np.searchsorted(raw.pos, p.la), np.searchsorted(raw.pos, p.lb)),
+            (raw, np.searchsorted(raw.pos, p.ra), np.searchsorted(raw.pos, p.rb)),
+        ]
+        for size, l0, l1, r0, r1 in p.tiles:
+            src = srcs[size]
+            pieces.append((src, np.searchsorted(src.pos, l0), np.searchsorted(src.pos, l1)))
+            pieces.append((src, np.searchsorted(src.pos, r0), np.searchsorted(src.pos, r1)))
+
+        def total(col: str | None, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
+            acc: np.ndarray | None = None
+            for src, i0, i1 in pieces:
+                arr = src.n if col is None else src.cols[col][stat]
+                part = arr[i1] - arr[i0]
+                acc = part if acc is None else acc + part
+            assert acc is not None
+            return acc
+
+        def extreme(col: str, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
+            fn, fill = (np.minimum, np.inf) if stat == "mn" else (np.maximum, -np.inf)
+            acc: np.ndarray | None = None
+            for src, i0, i1 in pieces:
+                part = tiles.range_reduce(fn, src.cols[col][stat], i0, i1, fill)
+                if acc is None:
+                    acc = part
+                elif acc.dtype == part.dtype:
+                    acc = fn(acc, part)
+                else:
+                    acc = fn(acc.astype(object), part.astype(object))
+            assert acc is not None
+            return acc
+
+        for a in (a for a in lay.tiled if _wkey(a.window) == w):
+            out[a.into] = _finish(a, total, extreme, scales.get(a.of or "", 0))
+    return out
+
+
+def _finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> list[Any]:
+    """The aggregation's values from its window's totals (see ``tiles`` for exactness)."""
+    col = agg.of
+    if agg.kind == "count":
+        n = total(col, "c") if col and agg.dropnull else total(None, "")
+        return [int(x) for x in n]
+    assert col is not None
+    c = total(col, "c").tolist()
+    fc = total(col, "fc").tolist()
+    if agg.kind in ("min", "max"):
+        vals = extreme(col, "mn" if agg.kind == "min" else "mx").tolist()
+        return [
+            agg.default if k == 0 else float(v) if f else int(v)
+            for k, f, v in zip(c, fc, vals, strict=True)
+        ]
+    s = total(col, "s").tolist()
+    if agg.kind == "sum":
+        return [
+            0 if k == 0 else tiles.to_float(x, scale) if f else tiles.to_int(x, scale)
+            for k, f, x in zip(c, fc, s, strict=True)
+        ]
+    if agg.kind == "avg":
+        return [agg.default if k == 0 else _ratio(x, scale, k) for k, x in zip(c, s, strict=True)]
+    q = total(col, "q").tolist()
+    out = []
+    for k, x, y in zip(c, s, q, strict=True):
+        if k == 0:
+            out.append(agg.default)
+            continue
+        num = k * y - x * x  # exact: var = num * 2**(2*scale) / k**2
+        out.append(math.sqrt(max(_ratio(num, 2 * scale, k * k), 0.0)))
+    return out
+
+
+def _ratio(n: int, e: int, d: int) -> float:
+    """``n * 2**e / d`` correctly rounded."""
+    return (n << e) / d if e >= 0 else n / (d << -e)
+
+
+def _by_key(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]]:
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    return groups
+
+
+def _own_view(state: StateReader, wb: WriteBatch, names: Sequence[str]) -> OverlayReader:
+    """An overlay of ``wb``'s pending writes to ``names`` only (scans then skip the rest)."""
+    mine = WriteBatch({(ns, k): v for (ns, k), v in wb.puts.items() if ns in names})
+    return OverlayReader(state, mine)
+
+
 def values_at(
     reader: StateReader,
     ns: str,
@@ -146,32 +466,32 @@ def values_at(
     stamps_us: Sequence[int],
 ) -> dict[str, list[Any]]:
     """Each continuous aggregation of ``node`` for each (key, time) query."""
-    reach = [_window_bounds(a.window) for a in node.aggs]
-    widest = None if any(r is None for r in reach) else max(r for r in reach if r is not None)
-    out: dict[str, list[Any]] = {a.into: [] for a in node.aggs}
-    for key, t in zip(keys, stamps_us, strict=True):
-        events = _events(reader, ns, key, None if widest is None else t - widest * US, t)
-        for agg, r in zip(node.aggs, reach, strict=True):
-            window = events if r is None else [(s, e) for s, e in events if s > t - r * US]
-            out[agg.into].append(
-                aggregate_values(
-                    agg, [e.get(agg.of) if agg.of else 1 for _, e in window], [s for s, _ in window]
-                )
-            )
+    lay = _Layout.of(node)
+    out: dict[str, list[Any]] = {a.into: [None] * len(keys) for a in node.aggs}
+    stamps = np.asarray(stamps_us, dtype=np.int64)
+    for key, rows in _by_key(keys).items():
+        vals = _key_values(lay, reader, ns, key, stamps[rows])
+        for into, col in vals.items():
+            for i, v in zip(rows, col, strict=True):
+                out[into][i] = v
     return out
 
 
 def lookup_aggregate(
     reader: StateReader, scope: str, node: spec.AggregateNode, keys: pd.DataFrame, ts: pd.Series
 ) -> tuple[pd.DataFrame, pd.Series]:
-    """A continuous-window dataset's values as of ``ts``: assembled from its events."""
+    """A continuous-window dataset's values as of ``ts``, assembled from tiles and events.
+
+    ``found``: the key has an event at or before ``ts`` (one entry read)."""
     ns = namespace(scope, node)
     queries = key_tuples(keys, node.keys)
     stamps = [micros(s) for s in pd.to_datetime(ts, utc=True)]
-    found = []
-    for key, t in zip(queries, stamps, strict=True):
-        found.append(bool(_events(reader, ns, key, None, t)))
-    return pd.DataFrame(values_at(reader, ns, node, queries, stamps)), pd.Series(found, dtype=bool)
+    found = [
+        next(iter(reader.scan(ns, key_prefix(k), entry_key(k, t + 1, 0))), None) is not None
+        for k, t in zip(queries, stamps, strict=True)
+    ]
+    values = values_at(reader, ns, node, queries, stamps)
+    return pd.DataFrame(values, columns=[a.into for a in node.aggs]), pd.Series(found, dtype=bool)
 
 
 def run_continuous(
@@ -182,17 +502,30 @@ def run_continuous(
     state: StateReader,
     wb: WriteBatch,
 ) -> pd.DataFrame:
-    """Record the batch's events; emit one row per event with the aggregates as of its time."""
+    """Record the batch's events; emit one row per event with the aggregates as of its time.
+
+    Per key of the batch: a few range scans (raw edge tiles, whole tiles per level), the
+    events and tile updates into ``wb``, then every event's values at once with numpy."""
     ns = namespace(scope, node)
-    record_events(node, ns, df, ts_col, state, wb)
-    reader = OverlayReader(state, wb)
+    lay = _Layout.of(node)
+    reader = _own_view(state, wb, [ns, tiles_namespace(scope, node)])
+    cols = _of_columns(node)
     keys = key_tuples(df, node.keys)
-    stamps = [micros(s) for s in pd.to_datetime(df[ts_col], utc=True)]
-    values = values_at(reader, ns, node, keys, stamps)
+    stamps = pd.to_datetime(df[ts_col], utc=True)
+    us = (stamps.astype("int64") // 1000).to_numpy() if len(df) else np.zeros(0, np.int64)
+    values = {c: [json_value(v) for v in df[c].tolist()] for c in cols}
+    out_vals: dict[str, list[Any]] = {a.into: [None] * len(df) for a in node.aggs}
+    for key, rows in _by_key(keys).items():
+        new = [(int(us[i]), {c: values[c][i] for c in cols}) for i in rows]
+        vals = _key_values(lay, reader, ns, key, us[rows], new, wb)
+        for into, col in vals.items():
+            dst = out_vals[into]
+            for i, v in zip(rows, col, strict=True):
+                dst[i] = v
     out = df[list(node.keys)].reset_index(drop=True).copy()
-    for into, col in values.items():
+    for into, col in out_vals.items():
         out[into] = pd.Series(col, dtype=object)
-    out[ts_col] = pd.to_datetime(df[ts_col], utc=True).reset_index(drop=True)
+    out[ts_col] = stamps.reset_index(drop=True)
     return out
 
 
