@@ -133,3 +133,81 @@ class Client:
             graph = branches.checkout(self.conn, name)
         self.branch = name
         return graph
+
+    # ---------------------------------------------------------------- lookups
+
+    def lookup(
+        self,
+        dataset: Any,
+        keys: Any,
+        timestamps: Any = None,
+        fields: list[str] | None = None,
+        timeout: float = 10.0,
+    ) -> tuple[Any, Any]:
+        """Point-in-time lookup of a keyed dataset on this branch, from the engines.
+
+        Each key goes to the engine that owns its partition (``fennel-dagster engine``);
+        returns (rows with the dataset's fields, a boolean Series: was the key found).
+        ``timestamps`` default to now; a row is the key's value as of its timestamp.
+        """
+        import json as _json
+        import urllib.error
+        import urllib.request
+
+        import pandas as pd
+
+        from fennel_dagster.engine import lookups, registry
+        from fennel_dagster.engine.jobs.common import dataset_of
+        from fennel_dagster.ops.rows import from_records, json_value, to_records
+
+        name = getattr(dataset, "__fennel_dataset_name__", dataset)
+        keys = pd.DataFrame(keys).reset_index(drop=True)
+        ts = (
+            pd.Series([pd.Timestamp.now(tz="UTC")] * len(keys))
+            if timestamps is None
+            else pd.to_datetime(pd.Series(timestamps), utc=True).reset_index(drop=True)
+        )
+        with self.conn.transaction():
+            jobs = lookups.branch_jobs(self.conn, self.branch)
+            if not any(dataset_of(j.spec["dataset"]).name == name for j in jobs):
+                raise lookups.LookupError_(
+                    f"dataset {name} is not committed on branch {self.branch!r}; commit it first"
+                )
+            job = lookups.serving_job(jobs, name)
+            owners = registry.runner_owners(self.conn)
+            engines = {e.id: e.address for e in registry.live_engines(self.conn)}
+        ds = dataset_of(job.spec["dataset"])
+        parts = lookups.partitions_of(job, keys)
+        key_recs = to_records(keys, list(ds.keys))
+        stamps = [json_value(t) for t in ts]
+        rows: list[dict[str, Any]] = [{} for _ in key_recs]
+        found = [False] * len(key_recs)
+        for part in sorted(set(parts)):
+            idx = [i for i, p in enumerate(parts) if p == part]
+            owner = owners.get((job.hash, part), (None, 0.0))[0]
+            address = engines.get(owner or "")
+            if address is None:
+                raise lookups.LookupError_(
+                    f"no live engine runs partition {part} of {job.name} (dataset {name}); "
+                    "start one with `fennel-dagster engine`"
+                )
+            body = _json.dumps({
+                "job": job.hash, "partition": part, "fields": fields,
+                "keys": [key_recs[i] for i in idx], "timestamps": [stamps[i] for i in idx],
+            }).encode()  # fmt: skip
+            req = urllib.request.Request(
+                f"http://{address}/lookup", body, {"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    reply = _json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                detail = _json.loads(e.read() or b"{}").get("error", str(e))
+                raise lookups.LookupError_(f"lookup of {name} on {address}: {detail}") from e
+            for i, r, f in zip(idx, reply["rows"], reply["found"], strict=True):
+                rows[i], found[i] = r, f
+        wanted = [f for f in ds.fields if fields is None or f.name in fields]
+        for i, rec in enumerate(rows):
+            if not rec:  # the partition has no state yet
+                rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
+        return from_records(rows, wanted), pd.Series(found, dtype=bool)

@@ -93,6 +93,14 @@ class Settings(BaseSettings):
 
     # Engine state and Spark
     state_dir: Path | None = None  # default: home/state
+    # Engine runners: freshness vs throughput, snapshots, and the fleet's lease
+    engine_batch_size: int = 5000  # max messages in one transaction
+    engine_txn_interval_ms: int = 100  # how long a transaction waits to fill its batch
+    engine_snapshot_interval_s: float = 30.0
+    engine_snapshots_kept: int = 3
+    engine_poll_interval_s: float = 2.0  # supervisor: job registry / fleet poll period
+    engine_lease_s: float = 10.0  # an engine silent this long loses its partitions
+    engine_port: int = 0  # lookup endpoint (0: any free port)
     spark_master: str = "local[*]"
     spark_jars_dir: Path | None = None  # default: home/jars/spark
 

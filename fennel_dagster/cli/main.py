@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fennel_dagster.cli import dev, settings, stack
+from fennel_dagster.cli import dev, engine, settings, stack
 from fennel_dagster.stack.process import StackError
 
 
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     stack.register(sub)
     dev.register(sub)
+    engine.register(sub)
     settings.register(sub)
     return parser
 

@@ -70,6 +70,13 @@ def _bp(
     )
 
 
+def _replaylog(prefix: str, entity: str, ident: dict[str, Any]) -> Blueprint:
+    """A job's single-partition log of batch markers (seed 003), kept as long as inputs."""
+    return _bp("topic", prefix, entity, {**ident, "role": "replaylog"}, {
+        "partitions": 1, "key_fields": [], "role": "replaylog", "configs": {"cleanup.policy": "delete"},
+    })  # fmt: skip
+
+
 def _stateful(p: spec.PipelineSpec) -> bool:
     return any(isinstance(n, STATEFUL) for n in p.nodes)
 
@@ -109,34 +116,42 @@ def compile_blueprints(
         topic_of[ds.name] = topic.name
         schema = to_jsonable(ds)
         for i, src in enumerate(ds.sources):
-            job = _bp("job", f"{namespace}.job.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", {**ident, "source": i}, {
+            sident = {**ident, "source": i}
+            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident)
+            job = _bp("job", f"{namespace}.job.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident, {
                 "job_kind": "source", "partitions": partitions, "inputs": [], "external": to_jsonable(src),
                 "outputs": [topic.name], "error_topic": errors.name, "state": False, "dataset": schema,
+                "replaylog": replay.name,
             })  # fmt: skip
-            out.append(job)
+            out += [replay, job]
         for p in ds.pipelines:
             jname = f"{namespace}.job.{_safe(ds.name)}.{_safe(p.name)}"
             jident = {**ident, "pipeline": p.name}
-            replay = _bp("topic", f"{namespace}.replay.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", {**jident, "role": "replaylog"}, {
-                "partitions": 1, "key_fields": [], "role": "replaylog", "configs": {"cleanup.policy": "delete"},
-            })  # fmt: skip
+            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", jident)
             stateful = _stateful(p)
             repart = _partition_keys(p, graph.datasets)
+            repart_topic = None
+            if repart is not None:
+                repart_topic = _bp("topic", f"{namespace}.repart.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", {**jident, "role": "repartition"}, {
+                    "partitions": partitions, "key_fields": repart, "role": "repartition", "configs": {"cleanup.policy": "delete"},
+                })  # fmt: skip
+                out.append(repart_topic)
+            lookups = sorted({n.right for n in p.nodes if isinstance(n, spec.JoinNode)})
             job_spec: dict[str, Any] = {
                 "job_kind": "pipeline", "partitions": partitions,
                 "inputs": [topic_of[i] for i in p.inputs if i in topic_of],
+                "input_topics": {i: topic_of[i] for i in p.inputs if i in topic_of},
                 "outputs": [topic.name], "error_topic": errors.name, "replaylog": replay.name,
                 "state": stateful, "pipeline": to_jsonable(p), "dataset": schema,
                 "input_datasets": {i: to_jsonable(graph.datasets[i]) for i in p.inputs if i in graph.datasets},
-                "lookups": sorted({n.right for n in p.nodes if isinstance(n, spec.JoinNode)}),
+                "lookups": lookups,
+                "lookup_topics": {r: topic_of[r] for r in lookups if r in topic_of},
+                "lookup_datasets": {r: to_jsonable(graph.datasets[r]) for r in lookups if r in graph.datasets},
                 "partition_by": repart or [],
+                "repartition_topic": repart_topic.name if repart_topic is not None else None,
             }  # fmt: skip
             job = _bp("job", jname, f"{ds.name}.{p.name}", jident, job_spec)
             out += [replay, job]
-            if repart is not None:
-                out.append(_bp("topic", f"{namespace}.repart.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", {**jident, "role": "repartition"}, {
-                    "partitions": partitions, "key_fields": repart, "role": "repartition", "configs": {"cleanup.policy": "delete"},
-                }))  # fmt: skip
             if stateful:
                 out.append(
                     _bp(
@@ -148,11 +163,14 @@ def compile_blueprints(
                     )
                 )
         if ds.keys and (ds.index or ds.online):
-            idx_job = _bp("job", f"{namespace}.index.{_safe(ds.name)}.v{ds.version}", f"{ds.name}#index", {**ident, "role": "index"}, {
+            iident = {**ident, "role": "index"}
+            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.index", f"{ds.name}#index", iident)
+            idx_job = _bp("job", f"{namespace}.index.{_safe(ds.name)}.v{ds.version}", f"{ds.name}#index", iident, {
                 "job_kind": "index", "partitions": partitions, "inputs": [topic.name], "outputs": [],
                 "state": True, "dataset": schema, "online": ds.online, "offline": ds.offline,
+                "error_topic": errors.name, "replaylog": replay.name,
             })  # fmt: skip
-            out.append(idx_job)
+            out += [replay, idx_job]
             out.append(
                 _bp(
                     "snapshot_prefix",

@@ -220,6 +220,24 @@ def infer_pipeline(
     return (schemas.get(p.output), errors) if not errors else (None, errors)
 
 
+def node_schemas(
+    p: spec.PipelineSpec, datasets: Mapping[str, spec.DatasetSpec]
+) -> dict[str, Schema]:
+    """The schema flowing out of every node of a valid pipeline (the engine decodes
+    intermediate rows, e.g. a repartition topic's, with these)."""
+    schemas: dict[str, Schema] = {}
+    problems: list[str] = []
+
+    def err(node: spec.Node, message: str, fix: str) -> None:
+        problems.append(f"{_op(node)} {node.id}: {message}")
+
+    for node in p.nodes:
+        schemas[node.id] = _infer_node(node, schemas, datasets, err)
+    if problems:
+        raise ValueError(f"pipeline {p.dataset}.{p.name} is not valid: {'; '.join(problems)}")
+    return schemas
+
+
 class _Stop(Exception):
     pass
 

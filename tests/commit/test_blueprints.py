@@ -53,7 +53,7 @@ def test_every_dataset_gets_its_topics_jobs_and_tables() -> None:
     assert kinds == [
         ("job", "index"), ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
         ("snapshot_prefix", ""), ("topic", "dataset"), ("topic", "error"), ("topic", "repartition"),
-        ("topic", "replaylog"),
+        ("topic", "replaylog"), ("topic", "replaylog"),
     ]  # fmt: skip
     job = next(b for b in us if b.kind == "job" and b.spec_dict()["job_kind"] == "pipeline")
     spec_ = job.spec_dict()

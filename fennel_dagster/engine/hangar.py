@@ -1,0 +1,193 @@
+"""Hangar on RocksDB (rocksdict): a job partition's state, with the offsets it reflects.
+
+Each operator namespace is a column family. Besides the operators' state, the ``__meta__``
+family records which input offsets and which replaylog marker the state reflects; both are
+written in the same RocksDB write batch as the mutations, so state and offsets can never
+disagree — the invariant recovery relies on.
+
+``Hangar.open_secondary`` opens a read-only follower of a live hangar (RocksDB's secondary
+instance), which is how an engine's lookup endpoint reads the state its runners write.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Checkpoint, Options, Rdict
+from rocksdict import WriteBatch as RocksBatch
+
+from fennel_dagster.ops.state import WriteBatch
+
+META = "__meta__"
+_OFFSETS = b"offsets"
+_MARKER = b"marker"
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    return opts
+
+
+class Hangar:
+    """The state store of one job partition; implements ``StateStore``."""
+
+    def __init__(self, path: Path, secondary: Path | None = None) -> None:
+        self.path = Path(path)
+        self.secondary = secondary
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    @classmethod
+    def open_secondary(cls, path: Path, scratch: Path) -> Hangar:
+        return cls(path, secondary=scratch)
+
+    def _open(self) -> None:
+        families = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
+        cfs = {name: Options(raw_mode=True) for name in families if name != "default"}
+        if self.secondary is not None:
+            self.secondary.mkdir(parents=True, exist_ok=True)
+            self._db = Rdict(
+                str(self.path),
+                Options(raw_mode=True),
+                column_families=cfs,
+                access_type=AccessType.secondary(str(self.secondary)),
+            )
+        else:
+            self._db = Rdict(str(self.path), _options(), column_families=cfs)
+        self._families: dict[str, Any] = {}
+        self._handles: dict[str, Any] = {}
+        for name in cfs:
+            self._families[name] = self._db.get_column_family(name)
+            self._handles[name] = self._db.get_column_family_handle(name)
+
+    def close(self) -> None:
+        if getattr(self, "_db", None) is None:
+            return
+        self._families.clear()
+        self._handles.clear()
+        self._db.close()
+        self._db = None  # type: ignore[assignment]
+        gc.collect()  # rocksdict releases the file lock only once every handle is gone
+
+    def __enter__(self) -> Hangar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ families
+
+    def _family(self, namespace: str, create: bool = False) -> Any:
+        fam = self._families.get(namespace)
+        if fam is None and create:
+            fam = self._db.create_column_family(namespace, Options(raw_mode=True))
+            self._families[namespace] = fam
+            self._handles[namespace] = self._db.get_column_family_handle(namespace)
+        return fam
+
+    def namespaces(self) -> list[str]:
+        return sorted(n for n in self._families if n != META)
+
+    def catch_up(self) -> None:
+        """Secondary only: see the primary's newest writes (and column families)."""
+        families = set(Rdict.list_cf(str(self.path))) - {"default"}
+        if families - set(self._families):
+            self.close()
+            self._open()
+        else:
+            self._db.try_catch_up_with_primary()
+
+    # ------------------------------------------------------------------ StateReader
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        fam = self._family(namespace)
+        return None if fam is None else fam.get(key)
+
+    def multi_get(self, namespace: str, keys: list[bytes]) -> list[bytes | None]:
+        fam = self._family(namespace)
+        if fam is None or not keys:
+            return [None] * len(keys)
+        return list(fam.get(keys))
+
+    def scan(
+        self, namespace: str, start: bytes, end: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        fam = self._family(namespace)
+        if fam is None:
+            return
+        it = fam.iter()
+        it.seek(start)
+        while it.valid():
+            key = it.key()
+            if end is not None and key >= end:
+                return
+            yield key, it.value()
+            it.next()
+
+    # ------------------------------------------------------------------ writes
+
+    def apply(
+        self,
+        batch: WriteBatch,
+        offsets: Mapping[tuple[str, int], int] | None = None,
+        marker: int | None = None,
+    ) -> None:
+        """Apply ``batch`` and record ``offsets`` (next offset per input) and ``marker``
+        (the replaylog offset of the batch) in one atomic RocksDB write."""
+        rb = RocksBatch(raw_mode=True)
+        for ns, key, value in batch.items():
+            self._family(ns, create=True)
+            handle = self._handles[ns]
+            if value is None:
+                rb.delete(key, handle)
+            else:
+                rb.put(key, value, handle)
+        if offsets is not None or marker is not None:
+            self._family(META, create=True)
+            meta = self._handles[META]
+            if offsets is not None:
+                merged = {**self.offsets(), **offsets}
+                rb.put(_OFFSETS, _encode_offsets(merged), meta)
+            if marker is not None:
+                rb.put(_MARKER, str(marker).encode(), meta)
+        self._db.write(rb)
+
+    # ------------------------------------------------------------------ meta
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        raw = self.get(META, _OFFSETS)
+        return {} if raw is None else _decode_offsets(raw)
+
+    def marker(self) -> int | None:
+        """Offset in the replaylog of the newest batch this state reflects (None: none)."""
+        raw = self.get(META, _MARKER)
+        return None if raw is None else int(raw)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def checkpoint(self, dest: Path) -> Path:
+        """A consistent, hard-linked copy of the whole store at ``dest`` (must not exist)."""
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        ck = Checkpoint(self._db)
+        try:
+            ck.create_checkpoint(str(dest))
+        finally:
+            del ck
+        return dest
+
+
+def _encode_offsets(offsets: Mapping[tuple[str, int], int]) -> bytes:
+    return json.dumps(sorted([t, p, o] for (t, p), o in offsets.items())).encode()
+
+
+def _decode_offsets(raw: bytes) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, p, o in json.loads(raw)}

@@ -1,0 +1,99 @@
+"""Hangar snapshots: RocksDB checkpoints as tar objects in S3 (or a local directory).
+
+Object keys sort by the replaylog marker the snapshot reflects, so "newest" is the last key
+under a partition's prefix. An upload is one PUT (multipart for big ones), so a crash during
+upload leaves no partial snapshot visible; older snapshots beyond ``keep`` are deleted only
+after a newer one is stored.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+import uuid
+from pathlib import Path
+
+from fennel_dagster.engine.faults import maybe_crash
+from fennel_dagster.settings import Settings
+
+
+class SnapshotStore:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.bucket = settings.s3_bucket
+        self._client = None
+        self.local: Path | None = settings.local_object_dir if settings.s3_embedded else None
+
+    @property
+    def client(self):  # type: ignore[no-untyped-def]
+        if self._client is None:
+            from fennel_dagster.stack.s3 import s3_client
+
+            self._client = s3_client(self.settings)
+        return self._client
+
+    @staticmethod
+    def prefix(job: str, partition: int) -> str:
+        return f"snapshots/{job}/p{partition}/"
+
+    def keys(self, job: str, partition: int) -> list[str]:
+        prefix = self.prefix(job, partition)
+        if self.local is not None:
+            base = self.local / self.bucket / prefix
+            return sorted(prefix + p.name for p in base.glob("*.tar")) if base.exists() else []
+        keys: list[str] = []
+        token: dict[str, str] = {}
+        while True:
+            page = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, **token)
+            keys += [o["Key"] for o in page.get("Contents", [])]
+            if not page.get("IsTruncated"):
+                return sorted(keys)
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def upload(self, job: str, partition: int, marker: int | None, checkpoint: Path) -> str:
+        key = f"{self.prefix(job, partition)}{(marker if marker is not None else -1) + 1:020d}-{uuid.uuid4().hex[:8]}.tar"
+        with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
+            archive = Path(tmp) / "snapshot.tar"
+            with tarfile.open(archive, "w") as tar:
+                tar.add(checkpoint, arcname="state")
+            maybe_crash("during_snapshot")
+            if self.local is not None:
+                dest = self.local / self.bucket / key
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                part = dest.with_suffix(".part")
+                shutil.copyfile(archive, part)
+                part.rename(dest)
+            else:
+                self.client.upload_file(str(archive), self.bucket, key)
+        return key
+
+    def restore_latest(self, job: str, partition: int, dest: Path) -> str | None:
+        """Unpack the newest snapshot into ``dest`` (replaced); None if there is none."""
+        keys = self.keys(job, partition)
+        if not keys:
+            return None
+        key = keys[-1]
+        with tempfile.TemporaryDirectory(prefix="fd-restore-") as tmp:
+            archive = Path(tmp) / "snapshot.tar"
+            if self.local is not None:
+                shutil.copyfile(self.local / self.bucket / key, archive)
+            else:
+                self.client.download_file(self.bucket, key, str(archive))
+            unpacked = Path(tmp) / "out"
+            with tarfile.open(archive) as tar:
+                tar.extractall(unpacked, filter="data")
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(unpacked / "state"), dest)
+        return key
+
+    def prune(self, job: str, partition: int, keep: int) -> int:
+        old = self.keys(job, partition)[:-keep] if keep > 0 else []
+        for key in old:
+            if self.local is not None:
+                (self.local / self.bucket / key).unlink(missing_ok=True)
+            else:
+                self.client.delete_object(Bucket=self.bucket, Key=key)
+        return len(old)

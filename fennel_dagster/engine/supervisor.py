@@ -1,0 +1,182 @@
+"""Supervisor: one per engine; keeps the runners of the partitions this engine owns alive.
+
+Every ``engine_poll_interval_s`` it renews the engine's lease in Postgres, reads the live
+engines and the job registry, and assigns each job partition to one live engine by
+rendezvous hashing. It starts a runner *process* for each partition it now owns (processes,
+so two engines — or one engine's runners — use every core), stops runners of partitions it
+no longer owns or whose job was removed, and restarts runners that died. When an engine
+dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
+fencing makes the hand-over safe even if the old runner is still alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+
+from fennel_dagster.engine import registry
+from fennel_dagster.engine.jobs.factory import UnsupportedJob, external_topic
+from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.settings import Settings
+
+log = logging.getLogger("fennel_dagster.engine.supervisor")
+
+Key = tuple[str, int]
+
+
+def _runner_main(settings: Settings, job_json: str, partition: int, owner: str) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from fennel_dagster.engine.runner import run_forever
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    run_forever(settings, JobRow.from_json(job_json), partition, owner, stop)
+
+
+@dataclass
+class _Running:
+    job: JobRow
+    partition: int
+    process: BaseProcess
+    started: float
+    restarts: int = 0
+
+
+@dataclass
+class Supervisor:
+    settings: Settings
+    engine_id: str = field(default_factory=lambda: f"engine-{uuid.uuid4().hex[:8]}")
+    address: str = ""
+    runners: dict[Key, _Running] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._ctx = mp.get_context("spawn")
+        self._stop = threading.Event()
+        self._conn = connect(self.settings, self.settings.pg_schema, autocommit=True)
+        migrate(self._conn)
+
+    # ------------------------------------------------------------------ one poll
+
+    def owned(self, jobs: list[JobRow], engines: list[str]) -> dict[Key, JobRow]:
+        out: dict[Key, JobRow] = {}
+        for job in jobs:
+            if not self._runnable(job):
+                continue
+            for p in range(job.partitions):
+                if registry.rendezvous_owner(job.hash, p, engines) == self.engine_id:
+                    out[(job.hash, p)] = job
+        return out
+
+    def _runnable(self, job: JobRow) -> bool:
+        if job.kind != "source":
+            return True
+        try:
+            external_topic(job.spec)
+            return True
+        except UnsupportedJob as e:
+            if job.name not in self.skipped:
+                log.warning("engine %s: not running %s: %s", self.engine_id, job.name, e)
+            self.skipped[job.name] = str(e)
+            return False
+
+    def poll(self) -> None:
+        registry.heartbeat_engine(
+            self._conn, self.engine_id, self.address, self.settings.engine_lease_s
+        )
+        engines = [e.id for e in registry.live_engines(self._conn)]
+        if self.engine_id not in engines:
+            engines.append(self.engine_id)
+        want = self.owned(registry.list_jobs(self._conn), engines)
+        for key in [k for k in self.runners if k not in want]:
+            self._stop_runner(key)
+        for key, job in want.items():
+            cur = self.runners.get(key)
+            if cur is None:
+                self._start(job, key[1])
+            elif not cur.process.is_alive():
+                log.warning("engine %s: runner %s p%d exited (%s); restarting",
+                            self.engine_id, job.name, key[1], cur.process.exitcode)  # fmt: skip
+                self._start(job, key[1], cur.restarts + 1)
+
+    def _start(self, job: JobRow, partition: int, restarts: int = 0) -> None:
+        proc = self._ctx.Process(
+            target=_runner_main,
+            args=(self.settings, job.to_json(), partition, self.engine_id),
+            name=f"runner-{job.name}-p{partition}",
+            daemon=False,
+        )
+        proc.start()
+        self.runners[(job.hash, partition)] = _Running(
+            job, partition, proc, time.monotonic(), restarts
+        )
+        log.info(
+            "engine %s: started %s p%d (pid %s)", self.engine_id, job.name, partition, proc.pid
+        )
+
+    def _stop_runner(self, key: Key, timeout: float = 30.0) -> None:
+        run = self.runners.pop(key)
+        if run.process.is_alive() and run.process.pid:
+            os.kill(run.process.pid, signal.SIGTERM)
+        run.process.join(timeout)
+        if run.process.is_alive():
+            run.process.kill()
+            run.process.join(5)
+        log.info("engine %s: stopped %s p%d", self.engine_id, run.job.name, run.partition)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start_lookups(self) -> None:
+        """Serve lookups of owned partitions; the address goes into the engines table."""
+        from fennel_dagster.engine.lookup_server import Followers, serve
+        from fennel_dagster.engine.runner import state_path
+
+        def owned(job_hash: str, partition: int) -> JobRow | None:
+            run = self.runners.get((job_hash, partition))
+            return run.job if run is not None else None
+
+        self.followers = Followers(
+            lambda j, p: state_path(self.settings, self.engine_id, j.name, p)
+        )
+        self.server = serve(self.settings.host, self.settings.engine_port, owned, self.followers)
+        self.address = f"{self.settings.host}:{self.server.server_address[1]}"
+
+    def serve(self) -> None:
+        """Poll until ``stop()`` (or SIGTERM/SIGINT in the CLI), then stop every runner."""
+        if not self.address:
+            self.start_lookups()
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.poll()
+                except Exception:  # noqa: BLE001 - Postgres blips must not kill the engine
+                    log.exception("engine %s: poll failed", self.engine_id)
+                self._stop.wait(self.settings.engine_poll_interval_s)
+        finally:
+            self.shutdown()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def shutdown(self) -> None:
+        for run in self.runners.values():
+            if run.process.is_alive() and run.process.pid:
+                os.kill(run.process.pid, signal.SIGTERM)
+        for key in list(self.runners):
+            self._stop_runner(key)
+        if getattr(self, "server", None) is not None:
+            self.server.shutdown()
+        try:
+            registry.deregister_engine(self._conn, self.engine_id)
+        finally:
+            self._conn.close()

@@ -1,0 +1,117 @@
+"""Test harness: commit a repo, produce rows, run runners in threads, read topics back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fennel_dagster.client import Client
+from fennel_dagster.engine.partitioning import partition_of_record
+from fennel_dagster.engine.registry import JobRow, list_jobs
+from fennel_dagster.engine.runner import Runner
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.ops.rows import dumps, loads
+from fennel_dagster.settings import Settings
+
+
+def commit(settings: Settings, datasets: list[Any]) -> dict[str, JobRow]:
+    with Client(settings) as c:
+        c.commit("engine test", datasets=datasets)
+    with connect(settings, settings.pg_schema) as conn:
+        return {j.spec["job_kind"] + ":" + j.spec["dataset"]["name"]: j for j in list_jobs(conn)}
+
+
+def produce_raw(settings: Settings, topic: str, payloads: list[bytes], partitions: int = 4) -> None:
+    p = Producer({"bootstrap.servers": settings.kafka_servers, "enable.idempotence": True})
+    for i, v in enumerate(payloads):
+        p.produce(topic, v, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def produce_rows(
+    settings: Settings, topic: str, records: list[dict[str, Any]], partitions: int = 4
+) -> None:
+    p = Producer({"bootstrap.servers": settings.kafka_servers, "enable.idempotence": True})
+    for rec in records:
+        raw = dumps(rec)
+        key, part = partition_of_record(rec, [], partitions, raw)
+        p.produce(topic, raw, key, partition=part)
+    assert p.flush(30) == 0
+
+
+def read_topic(
+    settings: Settings,
+    topic: str,
+    partitions: int,
+    expect: int | None = None,
+    timeout: float = 60.0,
+) -> list[tuple[int, int, dict[str, Any]]]:
+    """Every committed record of ``topic``: (partition, offset, row)."""
+    c = Consumer({"bootstrap.servers": settings.kafka_servers, "group.id": f"reader-{time.time_ns()}",
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})  # fmt: skip
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple[int, int, dict[str, Any]]] = []
+    eof: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            if len(eof) == partitions and (expect is None or len(out) >= expect):
+                break
+            continue
+        if m.error():
+            eof.add(m.partition())
+            if len(eof) == partitions and (expect is None or len(out) >= expect):
+                break
+            continue
+        eof.discard(m.partition())
+        out.append((m.partition(), m.offset(), loads(m.value())))
+    c.close()
+    return out
+
+
+class Fleet:
+    """Runners of some job partitions in threads of this process (tests only)."""
+
+    def __init__(self, settings: Settings, owner: str = "test") -> None:
+        self.settings = settings
+        self.owner = owner
+        self.threads: list[tuple[threading.Thread, threading.Event, Runner]] = []
+        self.failures: list[BaseException] = []
+
+    def start(self, job: JobRow, partitions: list[int] | None = None) -> None:
+        for p in partitions if partitions is not None else range(job.partitions):
+            stop = threading.Event()
+            runner = Runner(self.settings, job, p, self.owner)
+
+            def target(r: Runner = runner, s: threading.Event = stop) -> None:
+                try:
+                    r.run(s)
+                except BaseException as e:  # noqa: BLE001
+                    self.failures.append(e)
+
+            t = threading.Thread(target=target, daemon=True)
+            t.start()
+            self.threads.append((t, stop, runner))
+
+    def stop(self) -> None:
+        for _, s, _ in self.threads:
+            s.set()
+        for t, _, _ in self.threads:
+            t.join(60)
+        self.threads.clear()
+        assert not self.failures, self.failures
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
