@@ -62,12 +62,34 @@ class PipelineExecutor:
     def _where(self, node: spec.Node) -> str:
         return f"{self.scope} ({type(node).__name__.removesuffix('Node').lower()} {node.id})"
 
-    def run(self, input_dataset: str, batch: pd.DataFrame, state: StateReader) -> BatchResult:
+    def run(
+        self,
+        input_dataset: str | None,
+        batch: pd.DataFrame,
+        state: StateReader,
+        start_at: str | None = None,
+        stop_at: str | None = None,
+    ) -> BatchResult:
+        """Run the DAG on ``batch`` rows of ``input_dataset``.
+
+        The engine splits a pipeline at its first stateful operator (rows are repartitioned
+        by that operator's keys in between): ``stop_at`` returns the frame of that node
+        instead of the output; ``start_at`` seeds that node's frame with ``batch`` and runs
+        only what comes after it.
+        """
         wb = WriteBatch()
         res = BatchResult(pd.DataFrame(), wb)
         frames: dict[str, pd.DataFrame | None] = {}
         ts_of: dict[str, str] = {}
+        seeding = start_at is not None
         for node in self.p.nodes:
+            if stop_at is not None and stop_at in frames:
+                break
+            if seeding:
+                ts_of[node.id] = self._ts_column(node, ts_of)
+                frames[node.id] = batch.reset_index(drop=True) if node.id == start_at else None
+                seeding = node.id != start_at
+                continue
             if isinstance(node, spec.InputNode):
                 ds = self.datasets[node.dataset]
                 ts_of[node.id] = ds.timestamp
@@ -87,9 +109,16 @@ class PipelineExecutor:
                 frames[node.id] = None
                 continue
             frames[node.id] = self._apply(node, src.reset_index(drop=True), ts_col, state, wb, res)
-        out = frames[self.p.output]
+        out = frames[stop_at or self.p.output]
         res.rows = out if out is not None else pd.DataFrame()
         return res
+
+    def _ts_column(self, node: spec.Node, ts_of: dict[str, str]) -> str:
+        if isinstance(node, spec.InputNode):
+            return self.datasets[node.dataset].timestamp
+        if isinstance(node, spec.UnionNode):
+            return ts_of[node.inputs[0]]
+        return ts_of[node.input]  # type: ignore[attr-defined]
 
     def _apply(
         self,
