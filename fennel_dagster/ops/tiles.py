@@ -1,8 +1,9 @@
 """Time tiles for continuous-window aggregation: sizes, range plans, exact partial aggregates.
 
 A tile of size ``T`` (microseconds) is the half-open interval ``[i*T, (i+1)*T)``, aligned to
-the epoch. A continuous window of duration ``d`` uses one tile size, the largest power of two
-seconds not above ``d/32`` (so at most ~64 whole tiles per window); ``forever`` uses a
+the epoch. A continuous window of duration ``d`` uses tiles of the largest power of two
+seconds not above ``d/32`` (so at most ~64 whole tiles per window), and, when those are
+2048 s or longer, finer levels by factors of 32 for its two ends; ``forever`` uses a
 hierarchy of sizes, 2**36 s down to 2**6 s by factors of 32, so a prefix ``(-inf, t]`` is at
 most 31 tiles per level plus one 64 s tile of raw events, whatever the history's length.
 
@@ -38,8 +39,16 @@ def tile_size(duration_s: int) -> int:
 
 
 def levels(kind: str, duration_s: int | None) -> tuple[int, ...]:
-    """Tile sizes of a window, coarse to fine (each a multiple of the next)."""
-    return FOREVER_LEVELS if kind == "forever" else (tile_size(duration_s or 0),)
+    """Tile sizes of a window, coarse to fine (each a multiple of the next).
+
+    Long windows get finer levels too (by factors of 32, down to 64 s or so), so the raw
+    edge tiles a window reads stay small whatever its duration."""
+    if kind == "forever":
+        return FOREVER_LEVELS
+    sizes = [tile_size(duration_s or 0)]
+    while sizes[-1] >= 2048 * US:
+        sizes.append(sizes[-1] // 32)
+    return tuple(sizes)
 
 
 @dataclass
