@@ -157,6 +157,14 @@ def _tiled(agg: spec.AggSpec) -> bool:
     return agg.kind in TILED and not (agg.kind == "count" and agg.unique)
 
 
+_ENTRY = struct.Struct(">QQ")
+
+
+def _entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
+    """``entry_key`` with the key's prefix computed once."""
+    return prefix + _ENTRY.pack(ts_us + _FLIP, seq)
+
+
 def _tile_key(prefix: bytes, size: int, idx: int) -> bytes:
     return prefix + _TILE.pack(size, idx + _FLIP)
 
@@ -174,6 +182,7 @@ class _Layout:
     windows: dict[tuple[str, int | None], tuple[int, ...]]
     sizes: tuple[int, ...]
     cols: dict[str, bool]  # tiled column -> keeps sums of squares (a stddev reads it)
+    extremes: frozenset[str]  # tiled columns a min or max reads
 
     @classmethod
     def of(cls, node: spec.AggregateNode) -> _Layout:
@@ -184,7 +193,8 @@ class _Layout:
             if a.of:
                 cols[a.of] = cols.get(a.of, False) or a.kind == "stddev"
         sizes = tuple(sorted({s for lv in windows.values() for s in lv}))
-        return cls(tiled, [a for a in node.aggs if not _tiled(a)], windows, sizes, cols)
+        extremes = frozenset(a.of for a in tiled if a.of and a.kind in ("min", "max"))
+        return cls(tiled, [a for a in node.aggs if not _tiled(a)], windows, sizes, cols, extremes)
 
 
 def _lows(w: tuple[str, int | None], hi: np.ndarray) -> np.ndarray:
@@ -194,12 +204,27 @@ def _lows(w: tuple[str, int | None], hi: np.ndarray) -> np.ndarray:
 
 
 class _Source:
-    """Events or one level's tiles of one key, as prefix sums and min/max arrays per column."""
+    """Events, or one tile level, of every key of a batch: sorted by (key, position), with
+    prefix sums and min/max arrays per column, searched per key with ``locate``."""
 
-    def __init__(self, pos: np.ndarray, n: np.ndarray) -> None:
+    def __init__(self, keys: np.ndarray, pos: np.ndarray, n: np.ndarray) -> None:
+        self.keys = keys
         self.pos = pos
         self.n = tiles.prefix(n)
         self.cols: dict[str, dict[str, np.ndarray]] = {}
+
+    def locate(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
+        """Per bound array: the index of the first entry of the query's key at or after it."""
+        m = len(qkeys)
+        allpos = np.concatenate([self.pos, *bounds])
+        _, rank = np.unique(allpos, return_inverse=True)
+        width = np.int64(rank.max() + 2 if len(rank) else 1)
+        mine = self.keys * width + rank[: len(self.pos)]
+        out = []
+        for i in range(len(bounds)):
+            q = rank[len(self.pos) + i * m : len(self.pos) + (i + 1) * m]
+            out.append(np.searchsorted(mine, qkeys * width + q, "left"))
+        return out
 
 
 def _number_array(values: list[Any], fill: float) -> np.ndarray:
@@ -213,18 +238,19 @@ def _fill_column(
     stats: list[list[Any]],
     scale: int,
     squares: bool,
+    extremes: bool,
 ) -> None:
     """``stats``: per element ``[c, fc, sn, se, qn, qe, mn, mx]`` (tile layout)."""
     arrays = {
         "c": tiles.prefix(np.array([s[0] for s in stats], dtype=np.int64)),
         "fc": tiles.prefix(np.array([s[1] for s in stats], dtype=np.int64)),
         "s": tiles.prefix(_objects([s[2] << (s[3] - scale) for s in stats])),
-        "mn": _number_array([s[6] for s in stats], np.inf),
-        "mx": _number_array([s[7] for s in stats], -np.inf),
     }
+    if extremes:
+        arrays["mn"] = _number_array([s[6] for s in stats], np.inf)
+        arrays["mx"] = _number_array([s[7] for s in stats], -np.inf)
     if squares:
-        q = [s[4] << (s[5] - 2 * scale) for s in stats]
-        arrays["q"] = tiles.prefix(_objects(q))
+        arrays["q"] = tiles.prefix(_objects([s[4] << (s[5] - 2 * scale) for s in stats]))
     src.cols[col] = arrays
 
 
@@ -246,114 +272,164 @@ def _scale(stats: list[list[Any]]) -> int:
     return min(exps, default=0)
 
 
-def _key_values(
+Event = tuple[int, int, dict[str, Any]]  # time, sequence, record
+
+
+def _load_key(
     lay: _Layout,
     reader: StateReader,
     ns: str,
     key: tuple[Any, ...],
-    hi: np.ndarray,
-    new: list[tuple[int, dict[str, Any]]] | None = None,
-    wb: WriteBatch | None = None,
-) -> dict[str, list[Any]]:
-    """Every aggregation of one key at each time of ``hi`` (microseconds, inclusive).
-
-    With ``new`` (this batch's events of the key: time, record), first records them: raw
-    entries and tile updates go to ``wb``; the values then include them."""
+    raw_iv: list[tuple[int, int]],
+    tile_iv: dict[int, list[tuple[int, int]]],
+    new: list[tuple[int, dict[str, Any]]],
+    wb: WriteBatch | None,
+) -> tuple[list[Event], dict[int, dict[int, dict[str, Any]]]]:
+    """One key's raw events and tiles in the given ranges; ``new`` events recorded first
+    (raw entries and tile updates into ``wb``) and included."""
     tns = ns + ":tiles"
     prefix = key_prefix(key)
-    plans = {w: tiles.plan(lv, _lows(w, hi), hi) for w, lv in lay.windows.items()}
-    raw_lo: list[np.ndarray] = []
-    raw_hi: list[np.ndarray] = []
-    for p in plans.values():
-        raw_lo += [p.la, p.ra]
-        raw_hi += [p.lb, p.rb]
-    for a in lay.raw:
-        raw_lo.append(_lows(_wkey(a.window), hi))
-        raw_hi.append(hi + 1)
-    new_ts = np.array([t for t, _ in new], dtype=np.int64) if new else np.zeros(0, np.int64)
-    raw_lo.append(new_ts)  # the instants of new events: their sequence numbers
-    raw_hi.append(new_ts + 1)
-    tile_lo: dict[int, list[np.ndarray]] = {s: [new_ts // s] for s in lay.sizes}
-    tile_hi: dict[int, list[np.ndarray]] = {s: [new_ts // s + 1] for s in lay.sizes}
-    for p in plans.values():
-        for size, l0, l1, r0, r1 in p.tiles:
-            tile_lo[size] += [l0, r0]
-            tile_hi[size] += [l1, r1]
-
-    events: list[tuple[int, int, dict[str, Any]]] = []
-    for a, b in tiles.merge_intervals(np.concatenate(raw_lo), np.concatenate(raw_hi)):
-        for k, v in reader.scan(ns, entry_key(key, a, 0), entry_key(key, b, 0)):
+    events: list[Event] = []
+    for a, b in raw_iv:
+        for k, v in reader.scan(ns, _entry(prefix, a, 0), _entry(prefix, b, 0)):
             events.append((*split_entry(k), loads(v)))
     levels: dict[int, dict[int, dict[str, Any]]] = {}
     for size in lay.sizes:
         found: dict[int, dict[str, Any]] = {}
-        iv = tiles.merge_intervals(np.concatenate(tile_lo[size]), np.concatenate(tile_hi[size]))
-        for a, b in iv:
+        for a, b in tile_iv[size]:
             for k, v in reader.scan(tns, _tile_key(prefix, size, a), _tile_key(prefix, size, b)):
                 found[_TILE.unpack(k[-_TILE.size :])[1] - _FLIP] = loads(v)
         levels[size] = found
-
-    if new:
-        assert wb is not None
-        taken = {(t, s) for t, s, _ in events}
-        for t, rec in new:
-            seq = content_seq({**rec, "_k": list(key)})
-            while (t, seq) in taken:
-                seq += 1
-            taken.add((t, seq))
-            wb.put(ns, entry_key(key, t, seq), dumps(rec))
-            events.append((t, seq, rec))
-        for size in lay.sizes:
-            groups: dict[int, list[dict[str, Any]]] = {}
-            for t, rec in new:
-                groups.setdefault(t // size, []).append(rec)
-            for idx, recs in groups.items():
-                part = {
-                    "n": len(recs),
-                    "v": {
-                        c: tiles.col_stats([r.get(c) for r in recs], sq)
-                        for c, sq in lay.cols.items()
-                    },
-                }
-                old = levels[size].get(idx)
-                merged = part if old is None else tiles.merge_stats(old, part)
-                levels[size][idx] = merged
-                wb.put(tns, _tile_key(prefix, size, idx), dumps(merged))
+    if not new:
+        return events, levels
+    assert wb is not None
+    taken = {(t, s) for t, s, _ in events}
+    for t, rec in new:
+        seq = content_seq({**rec, "_k": list(key)})
+        while (t, seq) in taken:
+            seq += 1
+        taken.add((t, seq))
+        wb.put(ns, _entry(prefix, t, seq), dumps(rec))
+        events.append((t, seq, rec))
     events.sort(key=lambda e: (e[0], e[1]))
+    for size in lay.sizes:
+        groups: dict[int, list[dict[str, Any]]] = {}
+        for t, rec in new:
+            groups.setdefault(t // size, []).append(rec)
+        for idx, recs in groups.items():
+            part = {
+                "n": len(recs),
+                "v": {
+                    c: tiles.col_stats([r.get(c) for r in recs], sq) for c, sq in lay.cols.items()
+                },
+            }
+            old = levels[size].get(idx)
+            merged = part if old is None else tiles.merge_stats(old, part)
+            levels[size][idx] = merged
+            wb.put(tns, _tile_key(prefix, size, idx), dumps(merged))
+    return events, levels
 
+
+def _compute(
+    lay: _Layout,
+    reader: StateReader,
+    ns: str,
+    keys: Sequence[tuple[Any, ...]],
+    hi_us: np.ndarray,
+    new: list[dict[str, Any]] | None = None,
+    wb: WriteBatch | None = None,
+) -> dict[str, list[Any]]:
+    """Every aggregation at each (key, time) query; with ``new`` (one record per query, the
+    batch's events), records them first. Queries are handled grouped by key: per key a few
+    range scans; then all values at once with numpy over the batch."""
+    n = len(keys)
+    ids: dict[tuple[Any, ...], int] = {}
+    kid = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    order = np.argsort(kid, kind="stable")
+    qk, hi = kid[order], hi_us[order].astype(np.int64)
+    plans = {w: tiles.plan(lv, _lows(w, hi), hi) for w, lv in lay.windows.items()}
+    raw_lows = [_lows(_wkey(a.window), hi) for a in lay.raw]
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, hi + 1)]  # instants of new events
+    raw_bounds += [(lo, hi + 1) for lo in raw_lows]
+    tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes
+    }
+    for p in plans.values():
+        raw_bounds += [(p.la, p.lb), (p.ra, p.rb)]
+        for size, l0, l1, r0, r1 in p.tiles:
+            tile_bounds[size] += [(l0, l1), (r0, r1)]
+    raw_lo = np.stack([a for a, _ in raw_bounds])
+    raw_hi = np.stack([b for _, b in raw_bounds])
+    tile_lo = {s: np.stack([a for a, _ in bs]) for s, bs in tile_bounds.items() if bs}
+    tile_hi = {s: np.stack([b for _, b in bs]) for s, bs in tile_bounds.items() if bs}
+    starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], n]
+    by_id = list(ids)
+    all_events: list[Event] = []
+    ev_keys: list[int] = []
+    tile_rows: dict[int, tuple[list[int], list[int], list[dict[str, Any]]]] = {
+        s: ([], [], []) for s in lay.sizes
+    }
+    for s0, e0 in zip(starts.tolist(), ends.tolist(), strict=True):
+        k = int(qk[s0])
+        raw_iv = tiles.merge_intervals(raw_lo[:, s0:e0].ravel(), raw_hi[:, s0:e0].ravel())
+        tile_iv = {
+            s: tiles.merge_intervals(tile_lo[s][:, s0:e0].ravel(), tile_hi[s][:, s0:e0].ravel())
+            if s in tile_lo
+            else []
+            for s in lay.sizes
+        }
+        fresh = [] if new is None else [(int(hi[i]), new[int(order[i])]) for i in range(s0, e0)]
+        events, levels = _load_key(lay, reader, ns, by_id[k], raw_iv, tile_iv, fresh, wb)
+        all_events += events
+        ev_keys += [k] * len(events)
+        for size, found in levels.items():
+            ks, idx, stats = tile_rows[size]
+            for i in sorted(found):
+                ks.append(k)
+                idx.append(i)
+                stats.append(found[i])
+
+    raw = _Source(
+        np.array(ev_keys, dtype=np.int64),
+        np.array([e[0] for e in all_events], dtype=np.int64),
+        np.ones(len(all_events), np.int64),
+    )
     out: dict[str, list[Any]] = {}
     if lay.tiled:
-        out.update(_tiled_values(lay, plans, events, levels))
+        out.update(_tiled_values(lay, plans, qk, raw, all_events, tile_rows))
     if lay.raw:
-        stamps = np.array([e[0] for e in events], dtype=np.int64)
-        for a in lay.raw:
-            i0 = np.searchsorted(stamps, _lows(_wkey(a.window), hi), "left")
-            i1 = np.searchsorted(stamps, hi + 1, "left")
+        ends_at = raw.locate(qk, [hi + 1])[0]
+        for a, lo in zip(lay.raw, raw_lows, strict=True):
+            begins = raw.locate(qk, [lo])[0]
             out[a.into] = [
                 aggregate_values(
                     a,
-                    [e[2].get(a.of) if a.of else 1 for e in events[x:y]],
-                    [e[0] for e in events[x:y]],
+                    [e[2].get(a.of) if a.of else 1 for e in all_events[x:y]],
+                    [e[0] for e in all_events[x:y]],
                 )
-                for x, y in zip(i0.tolist(), i1.tolist(), strict=True)
+                for x, y in zip(begins.tolist(), ends_at.tolist(), strict=True)
             ]
-    return out
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n)
+    picks = back.tolist()
+    return {into: [col[i] for i in picks] for into, col in out.items()}
 
 
 def _tiled_values(
     lay: _Layout,
     plans: dict[tuple[str, int | None], tiles.Plan],
-    events: list[tuple[int, int, dict[str, Any]]],
-    levels: dict[int, dict[int, dict[str, Any]]],
+    qk: np.ndarray,
+    raw: _Source,
+    events: list[Event],
+    tile_rows: dict[int, tuple[list[int], list[int], list[dict[str, Any]]]],
 ) -> dict[str, list[Any]]:
-    raw = _Source(np.array([e[0] for e in events], dtype=np.int64), np.ones(len(events), np.int64))
     srcs: dict[int | None, _Source] = {None: raw}
     tile_stats: dict[int, list[dict[str, Any]]] = {}
-    for size, found in levels.items():
-        order = sorted(found)
-        tile_stats[size] = [found[i] for i in order]
-        n = np.array([s["n"] for s in tile_stats[size]], dtype=np.int64)
-        srcs[size] = _Source(np.array(order, dtype=np.int64), n)
+    for size, (ks, idx, stats) in tile_rows.items():
+        tile_stats[size] = stats
+        n = np.array([s["n"] for s in stats], dtype=np.int64)
+        srcs[size] = _Source(np.array(ks, dtype=np.int64), np.array(idx, dtype=np.int64), n)
     empty = [0, 0, 0, 0, 0, 0, None, None]
     scales: dict[str, int] = {}
     for col, squares in lay.cols.items():
@@ -364,19 +440,17 @@ def _tiled_values(
             per[size] = [s["v"].get(col, empty) for s in stats]
         scale = min((_scale(st) for st in per.values()), default=0)
         for where, st in per.items():
-            _fill_column(srcs[where], col, st, scale, squares)
+            _fill_column(srcs[where], col, st, scale, squares, col in lay.extremes)
         scales[col] = scale
 
     out: dict[str, list[Any]] = {}
     for w, p in plans.items():
-        pieces = [
-            (raw, np.searchsorted(raw.pos, p.la), np.searchsorted(raw.pos, p.lb)),
-            (raw, np.searchsorted(raw.pos, p.ra), np.searchsorted(raw.pos, p.rb)),
-        ]
+        la, lb, ra, rb = raw.locate(qk, [p.la, p.lb, p.ra, p.rb])
+        pieces = [(raw, la, lb), (raw, ra, rb)]
         for size, l0, l1, r0, r1 in p.tiles:
             src = srcs[size]
-            pieces.append((src, np.searchsorted(src.pos, l0), np.searchsorted(src.pos, l1)))
-            pieces.append((src, np.searchsorted(src.pos, r0), np.searchsorted(src.pos, r1)))
+            i0, i1, j0, j1 = src.locate(qk, [l0, l1, r0, r1])
+            pieces += [(src, i0, i1), (src, j0, j1)]
 
         def total(col: str | None, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
             acc: np.ndarray | None = None
@@ -445,13 +519,6 @@ def _ratio(n: int, e: int, d: int) -> float:
     return (n << e) / d if e >= 0 else n / (d << -e)
 
 
-def _by_key(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]]:
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, k in enumerate(keys):
-        groups.setdefault(k, []).append(i)
-    return groups
-
-
 def _own_view(state: StateReader, wb: WriteBatch, names: Sequence[str]) -> OverlayReader:
     """An overlay of ``wb``'s pending writes to ``names`` only (scans then skip the rest)."""
     mine = WriteBatch({(ns, k): v for (ns, k), v in wb.puts.items() if ns in names})
@@ -466,15 +533,7 @@ def values_at(
     stamps_us: Sequence[int],
 ) -> dict[str, list[Any]]:
     """Each continuous aggregation of ``node`` for each (key, time) query."""
-    lay = _Layout.of(node)
-    out: dict[str, list[Any]] = {a.into: [None] * len(keys) for a in node.aggs}
-    stamps = np.asarray(stamps_us, dtype=np.int64)
-    for key, rows in _by_key(keys).items():
-        vals = _key_values(lay, reader, ns, key, stamps[rows])
-        for into, col in vals.items():
-            for i, v in zip(rows, col, strict=True):
-                out[into][i] = v
-    return out
+    return _compute(_Layout.of(node), reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
 
 
 def lookup_aggregate(
@@ -512,19 +571,13 @@ def run_continuous(
     cols = _of_columns(node)
     keys = key_tuples(df, node.keys)
     stamps = pd.to_datetime(df[ts_col], utc=True)
-    us = (stamps.astype("int64") // 1000).to_numpy() if len(df) else np.zeros(0, np.int64)
+    us = (stamps.dt.as_unit("ns").astype("int64") // 1000).to_numpy(dtype=np.int64)
     values = {c: [json_value(v) for v in df[c].tolist()] for c in cols}
-    out_vals: dict[str, list[Any]] = {a.into: [None] * len(df) for a in node.aggs}
-    for key, rows in _by_key(keys).items():
-        new = [(int(us[i]), {c: values[c][i] for c in cols}) for i in rows]
-        vals = _key_values(lay, reader, ns, key, us[rows], new, wb)
-        for into, col in vals.items():
-            dst = out_vals[into]
-            for i, v in zip(rows, col, strict=True):
-                dst[i] = v
+    recs = [{c: values[c][i] for c in cols} for i in range(len(df))]
+    out_vals = _compute(lay, reader, ns, keys, us, recs, wb)
     out = df[list(node.keys)].reset_index(drop=True).copy()
-    for into, col in out_vals.items():
-        out[into] = pd.Series(col, dtype=object)
+    for a in node.aggs:
+        out[a.into] = pd.Series(out_vals[a.into], dtype=object)
     out[ts_col] = stamps.reset_index(drop=True)
     return out
 

@@ -202,13 +202,13 @@ def range_reduce(
 
 def merge_intervals(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
     """The union of half-open intervals ``[a[i], b[i])`` as sorted disjoint intervals."""
-    keep = a < b
-    a, b = a[keep], b[keep]
-    if not len(a):
-        return []
-    order = np.argsort(a, kind="stable")
-    a, b = a[order], b[order]
-    reach = np.maximum.accumulate(b)
-    starts = np.flatnonzero(np.r_[True, a[1:] > reach[:-1]])
-    ends = np.r_[starts[1:], len(a)] - 1
-    return [(int(a[s]), int(reach[e])) for s, e in zip(starts, ends, strict=True)]
+    out: list[tuple[int, int]] = []
+    for x, y in sorted(zip(a.tolist(), b.tolist(), strict=True)):
+        if x >= y:
+            continue
+        if out and x <= out[-1][1]:
+            if y > out[-1][1]:
+                out[-1] = (out[-1][0], y)
+        else:
+            out.append((x, y))
+    return out
