@@ -18,7 +18,7 @@ import pandas as pd
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
-from fennel_dagster.ops.rows import json_value
+from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads, to_records
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
@@ -187,9 +187,7 @@ class PipelineExecutor:
             case spec.RenameNode(mapping=mapping):
                 return df.rename(columns=dict(mapping))
             case spec.ChangelogNode(delete_column=col):
-                out = df.copy()
-                out[col] = False
-                return out
+                return self._changelog(node, col, df, ts, state, wb)
         raise PipelineError(f"{self._where(node)}: operator not supported by the executor")
 
     def _user_rows(
@@ -251,6 +249,82 @@ class PipelineExecutor:
             out[c] = found_df[c].to_numpy()
         if node.how == "inner":
             out = out[found.to_numpy()].reset_index(drop=True)
+        return out
+
+    def _keys_of(self, node_id: str) -> tuple[str, ...]:
+        """The key columns of a node's output (walking back to a keyed input or operator)."""
+        node = {n.id: n for n in self.p.nodes}[node_id]
+        match node:
+            case spec.InputNode(dataset=name):
+                return tuple(self.datasets[name].keys)
+            case spec.AggregateNode(keys=keys) | spec.FirstNode(keys=keys):
+                return tuple(keys)
+            case spec.LatestNode(keys=keys):
+                return tuple(keys)
+            case spec.RenameNode(mapping=mapping):
+                m = dict(mapping)
+                return tuple(m.get(k, k) for k in self._keys_of(node.input))
+            case spec.UnionNode(inputs=inputs):
+                return self._keys_of(inputs[0])
+            case spec.ChangelogNode():
+                return ()
+        return self._keys_of(node.input)  # type: ignore[union-attr]
+
+    def _changelog(
+        self,
+        node: spec.ChangelogNode,
+        col: str,
+        df: pd.DataFrame,
+        ts: str,
+        state: StateReader,
+        wb: WriteBatch,
+    ) -> pd.DataFrame:
+        """Upserts -> an append stream: per new version of a key, the retraction of its previous
+        version (``col`` True, the old values, at the new row's time) then the new row (``col``
+        False); a delete (``index.DELETED`` set) emits only the retraction.
+
+        State ``changelog:<scope>:<node>``: per key its latest version (time, content sequence,
+        row, or a tombstone). Rows are taken in (time, content) order; a row not newer than the
+        key's latest version (a late upsert, or a replayed one) emits nothing, so a replay of
+        the same rows in any batching gives the same stream."""
+        ns = f"changelog:{self.scope}:{node.id}"
+        keys = self._keys_of(node.input)
+        cols = [c for c in df.columns if c != index.DELETED]
+        gone = (
+            df[index.DELETED].astype("boolean").fillna(False).astype(bool).tolist()
+            if index.DELETED in df.columns
+            else [False] * len(df)
+        )
+        recs = to_records(df, cols)
+        stamps = [micros(pd.Timestamp(t)) for t in pd.to_datetime(df[ts], utc=True)]
+        seqs = [content_seq({**r, index.DELETED: g}) for r, g in zip(recs, gone, strict=True)]
+        reader = OverlayReader(state, wb)
+        latest: dict[bytes, dict[str, Any] | None] = {}
+        emitted: list[dict[str, Any]] = []
+        for i in sorted(range(len(df)), key=lambda i: (stamps[i], seqs[i])):
+            k = key_prefix(tuple(recs[i][c] for c in keys))
+            if k not in latest:
+                raw = reader.get(ns, k)
+                latest[k] = None if raw is None else loads(raw)
+            prev = latest[k]
+            if prev is not None and (stamps[i], seqs[i]) <= (prev["t"], prev["seq"]):
+                continue
+            if prev is not None and prev["row"] is not None:
+                emitted.append({**prev["row"], ts: recs[i][ts], col: True})
+            if not gone[i]:
+                emitted.append({**recs[i], col: False})
+            latest[k] = {"t": stamps[i], "seq": seqs[i], "row": None if gone[i] else recs[i]}
+            wb.put(ns, k, dumps(latest[k]))
+        out = pd.DataFrame(emitted, columns=[*cols, col])
+        for c in cols:
+            if pd.api.types.is_datetime64_any_dtype(df[c]):
+                out[c] = pd.to_datetime(out[c], utc=True, format="ISO8601")
+            else:
+                try:
+                    out[c] = out[c].astype(df[c].dtype)
+                except (TypeError, ValueError):
+                    pass
+        out[col] = out[col].astype(bool)
         return out
 
     def _first_latest(
