@@ -103,6 +103,9 @@ class Runner:
         self._upload: threading.Thread | None = None
         self._last_snapshot = time.monotonic()
         self._dirty = False
+        self._snapshot_requested = threading.Event()
+        self.snapshot_done = threading.Event()
+        self.snapshot_on_stop = True  # graceful stops leave a fresh snapshot for the next owner
 
     # ------------------------------------------------------------------ kafka plumbing
 
@@ -303,8 +306,14 @@ class Runner:
                         log.warning("%s: consume error %s", self.txn_id, m.error())
                 if batch:
                     self._iterate(producer, consumer, hangar, batch)
-                self._maybe_snapshot(hangar)
+                if self._snapshot_requested.is_set():
+                    self._snapshot_requested.clear()
+                    self.snapshot_now(hangar)
+                else:
+                    self._maybe_snapshot(hangar)
             self._join_upload()
+            if self.snapshot_on_stop:
+                self.snapshot_now(hangar)
         finally:
             consumer.close()
             hangar.close()
@@ -389,9 +398,16 @@ class Runner:
         self._upload.start()
 
     def snapshot_now(self, hangar: Hangar) -> None:
+        self._join_upload()
         self._dirty = True
         self._maybe_snapshot(hangar, force=True)
         self._join_upload()
+        self.snapshot_done.set()
+
+    def request_snapshot(self) -> None:
+        """Ask the running loop (another thread) for a snapshot now; see ``snapshot_done``."""
+        self.snapshot_done.clear()
+        self._snapshot_requested.set()
 
     def _join_upload(self) -> None:
         if self._upload is not None:
@@ -402,6 +418,7 @@ _FENCED = {
     getattr(KafkaError, name)
     for name in (
         "_FENCED",
+        "_FATAL",  # produce() after a fencing reports only "fatal"
         "PRODUCER_FENCED",
         "INVALID_PRODUCER_EPOCH",
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
