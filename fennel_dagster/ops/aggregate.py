@@ -1,21 +1,41 @@
 """``groupby(...).aggregate(...)``: windowed aggregations over per-key event history.
 
-State layout: namespace ``agg:<pipeline>:<node>``; one entry per input event under
-``entry_key(group key, event time, content seq)`` holding the fields the aggregations read.
+State of a continuous (or ``forever``) aggregate, two namespaces:
 
-Exactness. Continuous windows are exact: the value at time ``t`` aggregates exactly the
-events of the key with event time in ``(t - duration, t]`` (``forever``: all up to ``t``),
-whatever order they arrived in. It is assembled on read from the stored events (the same
-function answers eager emission, lookups and the Spark path's reference), so a late event
-inside the source's ``disorder`` changes every later lookup, while rows already emitted are
-not retracted. Quantile is exact (the nearest-rank "lower" method) even with ``approx=True``;
-Count(unique, approx=True) is exact too. Stddev is the population standard deviation.
+- ``agg:<scope>:<node>``: one entry per input event under ``entry_key(group key, event time,
+  content seq)`` holding the fields the aggregations read (identical events get consecutive
+  sequence numbers, so they count as often as they occur whatever the batching);
+- ``agg:<scope>:<node>:tiles``: per (group key, tile size, tile index) the exact partial
+  aggregates of the key's events in that tile (``ops/tiles.py``): row count, and per column
+  read by a count/sum/avg/min/max/stddev its non-null count, exact sum and sum of squares
+  (dyadic integers), min and max.
+
+Exactness. The value at time ``t`` aggregates exactly the key's events with event time in
+``(t - duration, t]`` (``forever``: all up to ``t``), whatever order and batching they arrived
+in; a late event inside the source's ``disorder`` changes every later lookup, while rows
+already emitted are not retracted. The window is assembled as raw events of the partial tile
+at each end plus whole tiles in between (``tiles.plan``): a continuous window of duration
+``d`` has tiles of ~``d/32`` (and finer levels for its ends when ``d`` is long); ``forever``
+a hierarchy 2**36 s .. 64 s, so a prefix is <= 31 tiles per level. Counts, integer sums, min
+and max are exact; a float sum is the correctly rounded exact sum (so it can differ in the
+last bits from a left-to-right float sum, but never depends on order or batching); avg and
+stddev are computed from the exact sums (stddev: population). Quantile, distinct, lastk/firstk
+and count(unique) are not decomposable: they read the window's raw events (quantile: exact
+nearest-rank "lower", even with ``approx=True``; count(unique, approx=True) is exact too).
+
+Cost. Per batch, per key of the batch: a few range scans (raw events of the edge tiles,
+whole tiles per level), one raw entry per event and one tile update per touched tile and
+level into the ``WriteBatch``; then every event's values at once with numpy over the batch
+(prefix sums and ``searchsorted`` per source). Per event: O(1) state writes and O(levels)
+array work; per lookup: <= ~64 tiles + the raw events of two fine edge tiles (``forever``:
+<= 31 tiles per level + one 64 s tile), independent of the history's length. Emission: one
+row per event with the aggregates as of its own time, after the whole batch is recorded.
 
 Tumbling and hopping windows emit one row per (key, window) once the watermark (the newest
 event time seen by the operator) passes the window's end; the row's timestamp is the window
 end minus one microsecond (inside the window). Session windows close after ``gap`` of
 inactivity measured against the watermark. Events later than an emitted window are counted
-as late and dropped from it.
+as late and dropped from it; they read all of a key's events (no tiles).
 """
 
 from __future__ import annotations
