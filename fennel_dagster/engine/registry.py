@@ -47,6 +47,10 @@ def list_jobs(conn: psycopg.Connection) -> list[JobRow]:
     return [JobRow(h, n, k, int(p), s) for h, n, k, p, s in rows]
 
 
+def job_exists(conn: psycopg.Connection, job_hash: str) -> bool:
+    return conn.execute("SELECT 1 FROM jobs WHERE hash = %s", (job_hash,)).fetchone() is not None
+
+
 def heartbeat_engine(
     conn: psycopg.Connection, engine_id: str, address: str, lease_s: float
 ) -> None:

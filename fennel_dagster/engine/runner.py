@@ -448,6 +448,9 @@ def run_forever(
 
             def beat(c: Any = conn) -> None:
                 registry.heartbeat_runner(c, job.hash, partition, owner, os.getpid())
+                if not registry.job_exists(c, job.hash):
+                    log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
+                    stop.set()
 
             beat()
             runner.run(stop, beat)

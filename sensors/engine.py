@@ -1,0 +1,118 @@
+"""The engine, run by Dagster: one long-running run per job partition, kept alive by a sensor.
+
+``job_partitions`` (dynamic) mirrors the job registry; ``engine_partition_run`` runs the
+engine's runner for one partition in the run's own process (in-process executor, so killing
+the run's process kills the runner); ``engine_keepalive`` adds/removes partitions, launches
+a run for every partition without a live one, marks runs whose runner stopped heartbeating
+as failed (Dagster's default launcher cannot see a SIGKILLed worker) and relaunches them, and
+stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive``.
+"""
+
+import threading
+import time
+from datetime import UTC, datetime
+
+from dagster import (
+    AddDynamicPartitionsRequest,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    DeleteDynamicPartitionsRequest,
+    DynamicPartitionsDefinition,
+    OpExecutionContext,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    in_process_executor,
+    job,
+    op,
+    sensor,
+)
+
+from fennel_dagster.engine import keepalive, registry
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.settings import get_settings
+
+job_partitions = DynamicPartitionsDefinition(name="fennel_job_partitions")
+PARTITION_TAG = "fennel/partition"
+LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+        DagsterRunStatus.STARTED]  # fmt: skip
+
+
+@op(description="Runs the engine's exactly-once runner for one job partition until stopped.")
+def run_job_partition(context: OpExecutionContext) -> None:
+    from fennel_dagster.engine.runner import run_forever
+
+    settings = get_settings()
+    name, partition = keepalive.split_key(context.partition_key)
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        found = [j for j in registry.list_jobs(conn) if j.name == name]
+    if not found:
+        context.log.warning(f"job {name} is no longer in the registry; nothing to run")
+        return
+    context.log.info(f"running {name} partition {partition}")
+    run_forever(settings, found[0], partition, f"run:{context.run_id}", threading.Event())
+
+
+@job(
+    partitions_def=job_partitions,
+    executor_def=in_process_executor,
+    description="One job partition of the streaming engine (long-running).",
+    tags={"fennel/kind": "engine"},
+)
+def engine_partition_run() -> None:
+    run_job_partition()
+
+
+@sensor(
+    job=engine_partition_run,
+    minimum_interval_seconds=5,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Keeps one live run per job partition; relaunches runs whose runner died.",
+)
+def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+    settings = get_settings()
+    instance = context.instance
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        jobs = registry.list_jobs(conn)
+        beats = registry.runner_owners(conn)
+    now = time.time()
+    records = instance.get_runs(
+        filters=RunsFilter(job_name=engine_partition_run.name, statuses=LIVE)
+    )
+    runs = []
+    for r in records:
+        key = r.tags.get(PARTITION_TAG) or r.tags.get("dagster/partition")
+        if not key:
+            continue
+        stats = instance.get_run_stats(r.run_id)
+        began = stats.start_time or stats.enqueued_time or stats.launch_time or now
+        runs.append(
+            keepalive.LiveRun(r.run_id, key, now - began, r.status == DagsterRunStatus.STARTED)
+        )
+    plan = keepalive.plan(jobs, instance.get_dynamic_partitions(job_partitions.name), runs, beats)
+    for run_id in plan.mark_failed:
+        run = instance.get_run_by_id(run_id)
+        if run is not None:
+            instance.report_run_failed(run, message="runner heartbeat lost; relaunching")
+    for run_id in plan.terminate:
+        instance.run_coordinator.cancel_run(run_id)
+    requests = [
+        RunRequest(partition_key=k, tags={PARTITION_TAG: k},
+                   run_key=f"{k}@{datetime.now(UTC).isoformat()}")
+        for k in plan.launch
+    ]  # fmt: skip
+    dyn = []
+    if plan.add_partitions:
+        dyn.append(AddDynamicPartitionsRequest(job_partitions.name, plan.add_partitions))
+    if plan.delete_partitions:
+        dyn.append(DeleteDynamicPartitionsRequest(job_partitions.name, plan.delete_partitions))
+    if not requests and not dyn and not plan.mark_failed and not plan.terminate:
+        return SkipReason(f"{len(runs)} engine runs alive; nothing to do")
+    context.log.info(
+        f"engine keep-alive: launch {len(plan.launch)}, failed {len(plan.mark_failed)}, "
+        f"stop {len(plan.terminate)}, partitions +{len(plan.add_partitions)} "
+        f"-{len(plan.delete_partitions)}"
+    )
+    return SensorResult(run_requests=requests, dynamic_partitions_requests=dyn)
