@@ -28,6 +28,6 @@ def partition_of_record(
 ) -> tuple[bytes | None, int]:
     """(message key, partition) of a row: by its key fields, or by ``raw`` bytes if keyless."""
     if key_fields:
-        k = key_bytes([record.get(f) for f in key_fields])
+        k = key_prefix(tuple(record.get(f) for f in key_fields))  # records are JSON-safe
         return k, partition_for(k, partitions)
     return None, partition_for(raw, partitions)

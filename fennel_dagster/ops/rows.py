@@ -51,10 +51,41 @@ def json_value(v: Any) -> Any:
     return v
 
 
+def _json_column(col: pd.Series) -> list[Any]:
+    """``[json_value(v) for v in col]``, vectorised for the common dtypes (same output)."""
+    dtype = col.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype) or dtype.kind == "M":
+        utc = col.dt.tz_convert("UTC") if getattr(dtype, "tz", None) else col.dt.tz_localize("UTC")
+        ns = utc.to_numpy(dtype="datetime64[ns]")
+        valid = ~np.isnat(ns)
+        if (ns.view("int64")[valid] % 1000).any():
+            return [json_value(v) for v in col.tolist()]
+        text = np.datetime_as_string(ns.astype("datetime64[us]"), unit="us")
+        out: list[Any] = []
+        for t, ok in zip(text.tolist(), valid.tolist(), strict=True):
+            if not ok:
+                out.append(None)
+            else:
+                out.append((t[:-7] if t.endswith(".000000") else t) + "+00:00")
+        return out
+    if dtype.kind in "iub" and not col.hasnans:
+        return col.tolist()
+    if dtype.kind == "f":
+        values = col.tolist()
+        return [None if v != v else v for v in values]
+    if isinstance(dtype, pd.Int64Dtype | pd.BooleanDtype):
+        return col.astype(object).where(col.notna(), None).tolist()
+    return [json_value(v) for v in col.tolist()]
+
+
 def to_records(df: pd.DataFrame, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
     cols = list(columns) if columns is not None else list(df.columns)
-    data = {c: df[c].tolist() for c in cols}
-    return [{c: json_value(data[c][i]) for c in cols} for i in range(len(df))]
+    data = [_json_column(df[c]) for c in cols]
+    return (
+        [dict(zip(cols, row, strict=True)) for row in zip(*data, strict=True)]
+        if cols
+        else [{} for _ in range(len(df))]
+    )
 
 
 def from_records(
@@ -101,8 +132,12 @@ def normalise(df: pd.DataFrame, fields: Sequence[spec.FieldSpec]) -> pd.DataFram
     return from_records(to_records(df, [f.name for f in fields]), fields)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def dumps(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+    """Canonical JSON bytes (sorted keys, no spaces): the same row always encodes the same."""
+    return _ENCODER.encode(record).encode()
 
 
 def loads(data: bytes) -> dict[str, Any]:
