@@ -32,7 +32,7 @@ class Client:
         self.branch = branch
         self.author = author or getpass.getuser()
         self.physical = PhysicalAssets(self.settings)
-        self.server = DefinitionServer(self.settings.namespace)
+        self.server = DefinitionServer(self.settings.namespace, self.settings.partitions)
         self._conn: psycopg.Connection | None = None
         self._lock: psycopg.Connection | None = None
 

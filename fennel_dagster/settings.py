@@ -110,6 +110,8 @@ class Settings(BaseSettings):
 
     # Physical names of the platform's assets start with this (a Kafka-topic-safe prefix)
     namespace: str = "fd"
+    # Partitions of every dataset topic and job compiled from now on (co-partitioning)
+    partitions: int = 4
 
     @classmethod
     def settings_customise_sources(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fennel_dagster.commit.blueprint import BlueprintSet
-from fennel_dagster.commit.compiler import compile_blueprints
+from fennel_dagster.commit.compiler import DEFAULT_PARTITIONS, compile_blueprints
 from fennel_dagster.commit.errors import CommitRejected, ValidationError
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
@@ -25,7 +25,8 @@ class DefinitionResult:
 
 
 class DefinitionServer:
-    def __init__(self, namespace: str = "fd") -> None:
+    def __init__(self, namespace: str = "fd", partitions: int = DEFAULT_PARTITIONS) -> None:
+        self.partitions = partitions
         self.namespace = namespace
 
     def process(self, commit_bytes: bytes, previous: spec.CommitSpec | None) -> DefinitionResult:
@@ -40,7 +41,7 @@ class DefinitionServer:
         errors = tuple(validate(commit, previous))
         merged = _merge(commit, previous) if commit.incremental else commit
         graph = EntityGraph.build(merged)
-        blueprints = compile_blueprints(graph, self.namespace) if not errors else BlueprintSet(())
+        blueprints = compile_blueprints(graph, self.namespace, self.partitions) if not errors else BlueprintSet(())
         return DefinitionResult(merged, graph, blueprints, errors)
 
 
