@@ -12,6 +12,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import psycopg
 from dagster import (
     AddDynamicPartitionsRequest,
     DagsterRunStatus,
@@ -74,9 +75,12 @@ def engine_partition_run() -> None:
 def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipReason:
     settings = get_settings()
     instance = context.instance
-    with connect(settings, settings.pg_schema, autocommit=True) as conn:
-        jobs = registry.list_jobs(conn)
-        beats = registry.runner_owners(conn)
+    try:
+        with connect(settings, settings.pg_schema, autocommit=True) as conn:
+            jobs = registry.list_jobs(conn)
+            beats = registry.runner_owners(conn)
+    except psycopg.errors.UndefinedTable:
+        return SkipReason(f"nothing committed yet (no job registry in {settings.pg_schema!r})")
     now = time.time()
     records = instance.get_runs(
         filters=RunsFilter(job_name=engine_partition_run.name, statuses=LIVE)
