@@ -7,6 +7,7 @@ the settings' Postgres, Kafka and S3; the Dagster-driven path reuses the same pr
 from __future__ import annotations
 
 import getpass
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -211,3 +212,40 @@ class Client:
             if not rec:  # the partition has no state yet
                 rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
         return from_records(rows, wanted), pd.Series(found, dtype=bool)
+
+    # ---------------------------------------------------------------- write path
+
+    def log(self, webhook: str, endpoint: str, df: Any) -> int:
+        """Send rows to a webhook endpoint (``Webhook(name=webhook).endpoint(endpoint)``).
+
+        The rows go to the endpoint's inbox topic; every dataset sourcing from the endpoint
+        ingests them (schema-checked, bad rows to its error topic). Returns the row count.
+        """
+        from confluent_kafka import Producer
+
+        from fennel_dagster.engine import lookups
+        from fennel_dagster.ops.rows import dumps, to_records
+
+        with self.conn.transaction():
+            jobs = lookups.branch_jobs(self.conn, self.branch)
+        wanted = f"{webhook}.{endpoint}"
+        suffix = "." + re.sub(r"[^A-Za-z0-9._-]", "_", wanted)
+        topics = {
+            j.spec["webhook_topic"]: j.partitions
+            for j in jobs
+            if j.kind == "source" and str(j.spec.get("webhook_topic") or "").endswith(suffix)
+        }
+        if not topics:
+            raise ValueError(
+                f"no dataset on branch {self.branch!r} has a source "
+                f"Webhook(name={webhook!r}).endpoint({endpoint!r}); commit one first"
+            )
+        producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
+                             "enable.idempotence": True})  # fmt: skip
+        records = to_records(df)
+        for topic, partitions in topics.items():
+            for i, rec in enumerate(records):
+                producer.produce(topic, dumps(rec), partition=i % partitions)
+        if producer.flush(30):
+            raise RuntimeError(f"log to {wanted}: Kafka did not acknowledge every row in 30 s")
+        return len(records)

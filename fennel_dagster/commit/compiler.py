@@ -84,12 +84,14 @@ def _stateful(p: spec.PipelineSpec) -> bool:
 def _partition_keys(
     p: spec.PipelineSpec, datasets: dict[str, spec.DatasetSpec]
 ) -> list[str] | None:
-    """The columns the first stateful operator partitions by (None: no repartition needed)."""
+    """The columns the first keyed operator partitions by (None: no repartition needed).
+
+    Joins need none: every partition of a pipeline job indexes the whole right-hand dataset
+    (a broadcast join), so a join works on any keys, and two joins on different keys work.
+    """
     for node in p.nodes:
         if isinstance(node, spec.AggregateNode | spec.FirstNode | spec.LatestNode):
             return list(node.keys)
-        if isinstance(node, spec.JoinNode):
-            return list(node.left_on)
     return None
 
 
@@ -118,10 +120,18 @@ def compile_blueprints(
         for i, src in enumerate(ds.sources):
             sident = {**ident, "source": i}
             replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident)
+            inbox = None
+            if src.connector.kind == "webhook":
+                # rows logged to a webhook endpoint land here; shared by every dataset on it
+                endpoint = f"{src.connector.name}.{dict(src.connector.config).get('endpoint', '')}"
+                inbox = _bp("topic", f"{namespace}.webhook.{_safe(endpoint)}", f"{ds.name}#source{i}", {"webhook": endpoint}, {
+                    "partitions": partitions, "key_fields": [], "role": "webhook", "configs": {"cleanup.policy": "delete"},
+                })  # fmt: skip
+                out.append(inbox)
             job = _bp("job", f"{namespace}.job.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident, {
                 "job_kind": "source", "partitions": partitions, "inputs": [], "external": to_jsonable(src),
                 "outputs": [topic.name], "error_topic": errors.name, "state": False, "dataset": schema,
-                "replaylog": replay.name,
+                "replaylog": replay.name, "webhook_topic": inbox.name if inbox is not None else None,
             })  # fmt: skip
             out += [replay, job]
         for p in ds.pipelines:

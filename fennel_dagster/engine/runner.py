@@ -96,6 +96,9 @@ class Runner:
         self.snapshots = SnapshotStore(settings)
         self.stats = RunnerStats()
         self.txn_id = f"{job.name}.p{partition}"
+        # one consumer group per job partition: a broadcast (join) input is read by every
+        # partition of the job, so their committed offsets must not overwrite each other
+        self.group = f"{job.name}.p{partition}"
         self.logic: JobLogic = build_job(job.name, job.spec, self._topic_partitions)
         self.error_topic: str | None = job.spec.get("error_topic")
         self.replaylog: str | None = job.spec.get("replaylog")
@@ -287,7 +290,7 @@ class Runner:
         except KafkaException as e:
             raise Fenced(f"{self.txn_id}: init_transactions failed: {e}") from e
         hangar = self._open_state()
-        consumer = self._consumer(self.job.name)
+        consumer = self._consumer(self.group)
         try:
             consumer.assign(self.recover(hangar, consumer))
             log.info("runner %s p%d started (recovery %.2fs, replayed %d batches)",

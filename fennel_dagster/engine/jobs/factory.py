@@ -15,14 +15,17 @@ class UnsupportedJob(ValueError):
 
 
 def external_topic(spec: dict[str, Any]) -> str:
+    """The topic a source job reads: the user's Kafka topic, or the webhook's inbox topic."""
+    if spec.get("webhook_topic"):
+        return str(spec["webhook_topic"])
     src = from_jsonable(spec["external"])
     assert isinstance(src, wire.SourceSpec)
     config = dict(src.connector.config)
     if src.connector.kind != "kafka" or not config.get("topic"):
         raise UnsupportedJob(
-            f"source {src.connector.kind}({src.connector.name}) of "
-            f"{spec['dataset'].get('name', '?') if isinstance(spec['dataset'], dict) else '?'}: "
-            "the streaming engine reads Kafka sources; log rows with Client.log instead"
+            f"source {src.connector.kind}({src.connector.name}): the streaming engine reads "
+            "Kafka topics and webhooks; for this source log rows with Client.log or use a "
+            "Kafka/webhook source"
         )
     return str(config["topic"])
 

@@ -6,8 +6,9 @@ Job partition ``p`` reads partition ``p`` of:
   pipeline is stateless and the whole DAG runs here);
 - the repartition topic: the rest of the DAG runs from the cut, with its state in the hangar,
   and the output rows go to the dataset's topic, keyed by the dataset's keys;
-- each joined (right-hand) dataset's topic: its rows are indexed into this job's hangar, so
-  the join reads them locally (rows are co-partitioned by the join key).
+- every partition of each joined (right-hand) dataset's topic: its rows are indexed into
+  this job's hangar, so a join reads them locally on any key (a broadcast join: right-hand
+  datasets are dimension tables, small next to the streams joined with them).
 
 Later stateful operators must group by the same keys as the first (they run in the same
 partition); a pipeline that does otherwise is refused when the job is built.
@@ -30,7 +31,7 @@ from fennel_dagster.wire import spec
 from fennel_dagster.wire.codec import from_jsonable
 
 # The operators that need rows grouped by key: the compiler repartitions at the first one.
-KEYED_NODES = (spec.AggregateNode, spec.JoinNode, spec.FirstNode, spec.LatestNode)
+KEYED_NODES = (spec.AggregateNode, spec.FirstNode, spec.LatestNode)
 
 
 class PipelineJob:
@@ -61,10 +62,11 @@ class PipelineJob:
             self.cut_schema = node_schemas(self.pipeline, datasets)[self.cut]
 
     def input_partitions(self, partition: int) -> list[tuple[str, int]]:
-        topics = [*self.inputs, *self.lookups]
+        topics = [*self.inputs]
         if self.repartition is not None:
             topics.append(self.repartition)
-        return [(t, partition) for t in topics]
+        mine = [(t, partition) for t in topics]
+        return mine + [(t, q) for t in self.lookups for q in range(self.partitions)]
 
     def process(self, messages: list[InMessage], state: StateReader) -> Iteration:
         if not messages:
