@@ -32,6 +32,7 @@ from dagster import (
 )
 
 from fennel_dagster.engine import keepalive, registry
+from fennel_dagster.engine.jobs.factory import unsupported
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import get_settings
 
@@ -77,7 +78,7 @@ def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipRea
     instance = context.instance
     try:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
-            jobs = registry.list_jobs(conn)
+            jobs = [j for j in registry.list_jobs(conn) if unsupported(j.name, j.spec) is None]
             beats = registry.runner_owners(conn)
     except psycopg.errors.UndefinedTable:
         return SkipReason(f"nothing committed yet (no job registry in {settings.pg_schema!r})")

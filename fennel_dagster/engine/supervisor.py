@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 
 from fennel_dagster.engine import registry
-from fennel_dagster.engine.jobs.factory import UnsupportedJob, external_topic
+from fennel_dagster.engine.jobs.factory import unsupported
 from fennel_dagster.engine.registry import JobRow
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -79,16 +79,11 @@ class Supervisor:
         return out
 
     def _runnable(self, job: JobRow) -> bool:
-        if job.kind != "source":
-            return True
-        try:
-            external_topic(job.spec)
-            return True
-        except UnsupportedJob as e:
-            if job.name not in self.skipped:
-                log.warning("engine %s: not running %s: %s", self.engine_id, job.name, e)
-            self.skipped[job.name] = str(e)
-            return False
+        reason = unsupported(job.name, job.spec)
+        if reason is not None and job.name not in self.skipped:
+            log.warning("engine %s: not running %s", self.engine_id, reason)
+            self.skipped[job.name] = reason
+        return reason is None
 
     def poll(self) -> None:
         registry.heartbeat_engine(

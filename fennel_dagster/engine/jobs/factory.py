@@ -30,6 +30,17 @@ def external_topic(spec: dict[str, Any]) -> str:
     return str(config["topic"])
 
 
+def unsupported(name: str, spec: dict[str, Any]) -> str | None:
+    """Why this engine cannot run the job (None: it can); such jobs are skipped, not retried."""
+    if spec.get("job_kind") != "source":
+        return None
+    try:
+        external_topic(spec)
+    except UnsupportedJob as e:
+        return f"{name}: {e}"
+    return None
+
+
 def build_job(name: str, spec: dict[str, Any], topic_partitions: Callable[[str], int]) -> JobLogic:
     """``topic_partitions(topic)``: the partition count of an external (user) topic."""
     kind = spec["job_kind"]
