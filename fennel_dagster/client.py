@@ -229,11 +229,11 @@ class Client:
         with self.conn.transaction():
             jobs = lookups.branch_jobs(self.conn, self.branch)
         wanted = f"{webhook}.{endpoint}"
-        suffix = "." + re.sub(r"[^A-Za-z0-9._-]", "_", wanted)
+        inbox = f".webhook.{re.sub(r'[^A-Za-z0-9._-]', '_', wanted)}."  # + the blueprint hash
         topics = {
             j.spec["webhook_topic"]: j.partitions
             for j in jobs
-            if j.kind == "source" and str(j.spec.get("webhook_topic") or "").endswith(suffix)
+            if j.kind == "source" and inbox in str(j.spec.get("webhook_topic") or "")
         }
         if not topics:
             raise ValueError(

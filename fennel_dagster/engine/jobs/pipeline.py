@@ -49,7 +49,12 @@ class PipelineJob:
             topic: dataset_of(job["lookup_datasets"][ds])
             for ds, topic in job.get("lookup_topics", {}).items()
         }
-        datasets = {d.name: d for d in [*self.inputs.values(), *self.lookups.values()]}
+        # a joined dataset is also an @inputs of the pipeline: it is read as a lookup only
+        self.inputs = {t: d for t, d in self.inputs.items() if t not in self.lookups}
+        datasets = {
+            ds: dataset_of(raw)
+            for ds, raw in {**job["input_datasets"], **job.get("lookup_datasets", {})}.items()
+        }
         datasets[self.dataset.name] = self.dataset
         self.executor = PipelineExecutor(self.pipeline, datasets)
         self.repartition: str | None = job.get("repartition_topic")

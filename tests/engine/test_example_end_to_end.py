@@ -1,0 +1,109 @@
+"""The example repo end to end on the engine: commit, send events, look features up.
+
+Merchants go through the webhook, transactions through the Kafka topic the source declares;
+engines (supervisor + runner processes) ingest, join, aggregate and index; `Client.lookup`
+answers, and equals the mock client fed the same events.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from examples.payments.datasets import DATASETS
+from examples.payments.events import generate
+from examples.payments.featuresets import FEATURESETS
+from fennel_dagster.client import Client
+from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.mock import MockClient
+from fennel_dagster.ops.rows import to_records
+from fennel_dagster.settings import Settings
+from tests.engine.harness import wait_for
+
+pytestmark = pytest.mark.services
+TOPIC = "transactions"  # as declared by examples/payments
+
+
+def fresh_topic(s: Settings, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": s.kafka_servers})
+    if TOPIC in admin.list_topics(timeout=10).topics:
+        for f in admin.delete_topics([TOPIC]).values():
+            f.result(30)
+        wait_for(lambda: TOPIC not in admin.list_topics(timeout=10).topics, 30, "topic deletion")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            for f in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
+                f.result(30)
+            return
+        except Exception:  # noqa: BLE001 - deletion may still be settling
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def lookup_all(client: Client, dataset: str, keys: pd.DataFrame, at: pd.Series):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return client.lookup(dataset, keys, timestamps=at)
+        except LookupError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
+    engine_settings: Settings,
+) -> None:
+    s = engine_settings.with_(partitions=2)
+    fresh_topic(s, 2)
+    ev = generate(n_users=15, n_merchants=8, n_transactions=400, days=3)
+    with Client(s) as client:
+        client.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    sup = Supervisor(s, engine_id="e2e")
+    sup.start_lookups()
+    t = threading.Thread(target=sup.serve, daemon=True)
+    t.start()
+    try:
+        with Client(s) as client:
+            assert client.log("ops_webhook", "merchants", ev.merchants) == 8
+            mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
+            later = pd.Series([ev.transactions.ts.max()] * len(mids))
+            wait_for(lambda: lookup_all(client, "Merchant", mids, later)[1].all(), 120,
+                     "merchants indexed")  # fmt: skip
+            time.sleep(3)  # the enrich job indexes the same rows from the same topic
+            p = Producer({"bootstrap.servers": s.kafka_servers})
+            for rec in to_records(ev.transactions):
+                p.produce(TOPIC, json.dumps(rec).encode(), partition=rec["uid"] % 2)
+            assert p.flush(30) == 0
+
+            uids = pd.DataFrame({"uid": sorted(ev.transactions.uid.unique())})
+            end = pd.Series([ev.transactions.ts.max() + pd.Timedelta(minutes=1)] * len(uids))
+
+            def all_counted() -> bool:
+                df, found = lookup_all(client, "UserSpend", uids, end)
+                return bool(found.all()) and int(df.txns_forever.sum()) == len(ev.transactions)
+
+            wait_for(all_counted, 240, "every transaction aggregated")
+            got, found = lookup_all(client, "UserSpend", uids, end)
+    finally:
+        sup.stop()
+        t.join(120)
+
+    mock = MockClient()
+    mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    mock.log("ops_webhook", "merchants", ev.merchants)
+    mock.log("Transaction", ev.transactions)
+    want, want_found = mock.lookup("UserSpend", uids, end)
+    assert found.tolist() == want_found.tolist()
+    cols = ["uid", "txns_1h", "txns_forever", "web_txns_7d", "recent_merchants", "categories_7d"]
+    assert to_records(got[cols]) == to_records(want[cols])
+    for c in ["spend_7d", "avg_txn_7d", "max_txn_7d"]:
+        assert got[c].astype(float).round(6).tolist() == want[c].astype(float).round(6).tolist()
