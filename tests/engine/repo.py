@@ -17,7 +17,7 @@ from fennel_dagster.window import Continuous
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def graph(topic: str) -> list[Any]:
+def graph(topic: str, spend_deleted: bool = False) -> list[Any]:
     @meta(owner="engine@example.com")
     @source(Kafka(name="events").topic(topic), disorder="1h", cdc="append")
     @dataset
@@ -26,7 +26,7 @@ def graph(topic: str) -> list[Any]:
         amount: float
         ts: datetime
 
-    @meta(owner="engine@example.com")
+    @meta(owner="engine@example.com", deleted=spend_deleted)
     @dataset(index=True)
     class Spend:
         uid: int = field(key=True)

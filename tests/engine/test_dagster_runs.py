@@ -119,7 +119,7 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
 
     # removing Spend removes its jobs: their runs stop and stop heartbeating
     with Client(s) as c:
-        c.commit("drop Spend", datasets=[datasets[0]])
+        c.commit("drop Spend", datasets=repo.graph(f"{s.namespace}.raw", spend_deleted=True))
     gone = {pipe.hash, idx.hash}
 
     def stopped() -> bool:
