@@ -1,13 +1,52 @@
-"""The Dagster code location of fennel_dagster (loaded by workspace.yaml)."""
+"""The Dagster code location of fennel_dagster (loaded by workspace.yaml).
 
-from __future__ import annotations
+Reads what is committed (Postgres) and turns it into assets and checks; adds the commit job
+and sensor, the engine's per-partition job and keep-alive sensor, and stream observations.
+A commit run reloads this location, so new assets appear without a restart.
+"""
+
+import logging
 
 from dagster import Definitions
 
+from assets.commit_job import fennel_commit
+from assets.datasets import branch_assets, expectation_checks
+from resources import resources
+from sensors.commit import commit_requests
+from sensors.engine import engine_keepalive, engine_partition_run
+from sensors.health import stream_health
+
+log = logging.getLogger("fennel_dagster.assets")
+
+
+def committed_assets() -> tuple[list, list]:  # type: ignore[type-arg]
+    from fennel_dagster.commit import catalog
+    from fennel_dagster.metadata.db import connect
+    from fennel_dagster.metadata.migrate import migrate
+    from fennel_dagster.settings import get_settings
+
+    s = get_settings()
+    try:
+        with connect(s, s.pg_schema) as conn:
+            migrate(conn)
+            cats = catalog.load(conn)
+    except Exception as e:  # noqa: BLE001 - the UI must load even when Postgres is down
+        log.warning("fennel_dagster: no committed definitions loaded: %s", e)
+        return [], []
+    assets = [a for a in (branch_assets(c) for c in cats) if a is not None]
+    checks = [chk for c in cats for chk in expectation_checks(c)]
+    return assets, checks
+
 
 def build_definitions() -> Definitions:
-    """Everything the Dagster deployment shows: grows with committed feature definitions."""
-    return Definitions()
+    assets, checks = committed_assets()
+    return Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=[fennel_commit, engine_partition_run],
+        sensors=[commit_requests, engine_keepalive, stream_health],
+        resources=resources(),
+    )
 
 
 defs = build_definitions()

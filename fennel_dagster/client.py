@@ -27,8 +27,15 @@ from fennel_dagster.wire import encode, spec
 
 class Client:
     def __init__(
-        self, settings: Settings | None = None, branch: str = "main", author: str | None = None
+        self,
+        settings: Settings | None = None,
+        branch: str = "main",
+        author: str | None = None,
+        via_dagster: bool = False,
     ) -> None:
+        """``via_dagster=True``: commits go through the Dagster deployment (a commit request
+        the commit sensor turns into a run) instead of running the protocol in-process."""
+        self.via_dagster = via_dagster
         self.settings = settings or get_settings()
         self.branch = branch
         self.author = author or getpass.getuser()
@@ -75,7 +82,7 @@ class Client:
         env: str | None = None,
         backfill: bool = False,
         branch: str | None = None,
-    ) -> protocol.CommitOutcome | BlueprintDiff:
+    ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
         """Validate, compile and commit; ``preview=True`` prints and returns the diff only.
 
         A rejected commit raises ``CommitRejected`` listing every validation error.
@@ -87,7 +94,7 @@ class Client:
 
     def commit_spec(
         self, request: spec.CommitSpec, preview: bool = False, branch: str | None = None
-    ) -> protocol.CommitOutcome | BlueprintDiff:
+    ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
         target = branch or self.branch
         with self.conn.transaction():
             previous = branches.checkout(self.conn, target)
@@ -103,10 +110,22 @@ class Client:
                 )
             print(render(d))
             return d
+        if self.via_dagster:
+            return self._commit_via_dagster(request, target)
         return protocol.commit(
             self.conn, self.lock_conn, self.physical, target, result.blueprints,
             encode(result.commit), request.message, self.author, expected_head=base,
         )  # fmt: skip
+
+    def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> dict[str, Any]:
+        """Record a commit request, let Dagster's commit run carry it out, stream progress."""
+        from fennel_dagster.commit import requests
+
+        rid = requests.submit(self.conn, branch, request.message, self.author, encode(request))
+        print(f"commit request {rid} recorded; waiting for its Dagster run", flush=True)
+        return requests.wait(
+            self.conn, rid, on_progress=lambda line: print(f"  {line}", flush=True)
+        )
 
     def recover(self, wait: float = 10.0) -> dict[str, int]:
         """Finish or roll back whatever interrupted commits left behind; waits up to ``wait``

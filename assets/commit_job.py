@@ -1,0 +1,77 @@
+"""The commit job: one run carries out one commit (the two-ledger protocol), then reloads.
+
+Launched by the commit sensor for a client's commit request, from the UI / ``dagster job
+launch`` with the request as run config, or through Dagster's GraphQL API
+(``submit_job_execution("fennel_commit", run_config=...)``). Run config (op ``commit``):
+``request_id`` of a recorded request, or ``branch`` + ``message`` + ``wire_b64`` (the
+canonical wire bytes of a CommitSpec, base64) for a direct submission.
+"""
+
+import base64
+import getpass
+
+from dagster import Config, OpExecutionContext, job, op
+
+from fennel_dagster.commit import requests
+
+LOCATION = "fennel_dagster"
+
+
+class CommitConfig(Config):  # type: ignore[misc]
+    request_id: int = 0
+    branch: str = "main"
+    message: str = ""
+    wire_b64: str = ""
+    author: str = ""
+
+
+@op(required_resource_keys={"fennel"})
+def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: ignore[type-arg]
+    from fennel_dagster.client import Client
+    from fennel_dagster.wire import decode
+
+    settings = context.resources.fennel.settings()
+    with Client(settings) as client:
+        request_id = config.request_id
+        if not request_id:
+            if not config.wire_b64:
+                raise ValueError(
+                    "commit: give request_id (a recorded commit request) or branch, message "
+                    "and wire_b64 (base64 of the encoded CommitSpec) in the run config"
+                )
+            request_id = requests.submit(
+                client.conn, config.branch, config.message or "commit via Dagster",
+                config.author or getpass.getuser(), base64.b64decode(config.wire_b64),
+            )  # fmt: skip
+
+        def carry_out(req: requests.CommitRequest):  # type: ignore[no-untyped-def]
+            client.branch = req.branch
+            return client.commit_spec(decode(req.wire), branch=req.branch)
+
+        result = requests.execute(client.conn, request_id, context.run_id, carry_out)
+    context.log.info(
+        f"commit {result['commit_id']} on {result['branch']}: {len(result['created'])} created, "
+        f"{len(result['reused'])} reused, {len(result['released'])} released"
+    )
+    reload_location(context)
+    return result
+
+
+def reload_location(context: OpExecutionContext) -> None:
+    """New assets appear without a restart: ask the webserver to reload this code location."""
+    from dagster_graphql import DagsterGraphQLClient
+
+    from fennel_dagster.settings import get_settings
+
+    s = get_settings()
+    try:
+        DagsterGraphQLClient(s.host, port_number=s.dagster_port).reload_repository_location(
+            LOCATION
+        )
+    except Exception as e:  # noqa: BLE001 - no webserver (e.g. a test run): nothing to reload
+        context.log.warning(f"could not reload code location {LOCATION}: {e}")
+
+
+@job(description="Commit feature definitions (two-ledger protocol); then reload the assets.")
+def fennel_commit() -> None:
+    commit()

@@ -1,0 +1,43 @@
+"""Commit sensor: one commit run per pending commit request (cursor = last request id)."""
+
+from dagster import (
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from assets.commit_job import fennel_commit
+from fennel_dagster.commit import requests
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.settings import get_settings
+
+
+@sensor(
+    job=fennel_commit,
+    minimum_interval_seconds=2,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Launches the commit run of every commit request a client records.",
+)
+def commit_requests(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+    settings = get_settings()
+    after = int(context.cursor or 0)
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        migrate(conn)
+        found = requests.pending(conn, after)
+    if not found:
+        return SkipReason("no new commit requests")
+    return SensorResult(
+        run_requests=[
+            RunRequest(
+                run_key=f"commit-request-{r.id}",
+                run_config={"ops": {"commit": {"config": {"request_id": r.id}}}},
+                tags={"fennel/branch": r.branch, "fennel/commit-request": str(r.id)},
+            )
+            for r in found
+        ],
+        cursor=str(found[-1].id),
+    )

@@ -1,0 +1,48 @@
+"""Stream health as asset observations: rows, errors, lag and newest event per dataset."""
+
+from dagster import (
+    AssetObservation,
+    DefaultSensorStatus,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from assets.datasets import key_of
+from fennel_dagster.commit import catalog
+from fennel_dagster.engine.health import dataset_health
+from fennel_dagster.engine.jobs.common import dataset_of
+from fennel_dagster.engine.registry import list_jobs
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.settings import get_settings
+
+
+@sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Observes each committed dataset's stream: rows, errors, lag, last event.")  # fmt: skip
+def stream_health(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+    s = get_settings()
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        try:
+            cats = catalog.load(conn)
+            jobs = list_jobs(conn)
+        except Exception as e:  # noqa: BLE001 - nothing committed yet
+            return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
+    events = []
+    for cat in cats:
+        if cat.graph is None:
+            continue
+        for ds in cat.graph.datasets:
+            phys = cat.of_dataset(ds.name)
+            topic = next((a.name for a in phys if a.kind == "topic" and a.role == "dataset"), None)
+            err = next((a.name for a in phys if a.kind == "topic" and a.role == "error"), None)
+            if topic is None:
+                continue
+            writers = [j for j in jobs if j.kind in ("source", "pipeline")
+                       and dataset_of(j.spec["dataset"]).name == ds.name]  # fmt: skip
+            h = dataset_health(s.kafka_servers, topic, err, writers, ds.timestamp)
+            events.append(AssetObservation(asset_key=key_of(cat.branch, ds.name), metadata={
+                "end offsets": h.messages, "error rows": h.errors, "consumer lag": h.lag,
+                "last event time": h.last_event or "none",
+            }))  # fmt: skip
+    return SensorResult(asset_events=events) if events else SkipReason("no datasets")
