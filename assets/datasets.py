@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
@@ -132,6 +133,8 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
         return None
     specs = [dataset_spec(cat, d) for d in graph.datasets if not d.meta.deleted]
     specs += [featureset_spec(cat, f) for f in graph.featuresets]
+    specs = _topological(specs)
+    order = [s.key for s in specs]
     branch = cat.branch
 
     @multi_asset(
@@ -155,7 +158,7 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
             out = client.commit_spec(committed, branch=branch)
         result = outcome_json(out)  # type: ignore[arg-type]
         elapsed = time.monotonic() - t0
-        for key in context.selected_asset_keys:
+        for key in [k for k in order if k in context.selected_asset_keys]:
             yield MaterializeResult(
                 asset_key=key,
                 metadata={
@@ -170,6 +173,24 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
             )
 
     return commit_branch
+
+
+def _topological(specs: list[AssetSpec]) -> list[AssetSpec]:
+    """Dependencies first: a multi-asset must yield its outputs in that order."""
+    by_key = {s.key: s for s in specs}
+    done: dict[AssetKey, AssetSpec] = {}
+
+    def visit(s: AssetSpec) -> None:
+        if s.key in done:
+            return
+        for d in s.deps:
+            if d.asset_key in by_key:
+                visit(by_key[d.asset_key])
+        done[s.key] = s
+
+    for s in specs:
+        visit(s)
+    return list(done.values())
 
 
 def expectation_checks(cat: BranchCatalog) -> list[AssetChecksDefinition]:
@@ -196,7 +217,7 @@ def _check(cat: BranchCatalog, ds: spec.DatasetSpec) -> AssetChecksDefinition:
         required_resource_keys={"kafka"},
         blocking=False,
     )
-    def expectations(context: Any) -> AssetCheckResult:
+    def expectations(context: AssetCheckExecutionContext) -> AssetCheckResult:
         from fennel_dagster.quality.expectations import run, sample
 
         assert ds.expectations is not None
