@@ -45,6 +45,9 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
             )  # fmt: skip
 
         def carry_out(req: requests.CommitRequest):  # type: ignore[no-untyped-def]
+            if req.branch not in client.list_branches():
+                client.init_branch(req.branch)  # committing to a new branch creates it
+                requests.progress(client.conn, req.id, f"created branch {req.branch!r}")
             client.branch = req.branch
             return client.commit_spec(decode(req.wire), branch=req.branch)
 

@@ -107,6 +107,7 @@ class Settings(BaseSettings):
     # Dagster
     dagster_home: Path | None = None  # default: home/dagster
     dagster_port: int = 3000
+    dagster_engine: bool = True  # the keep-alive sensor runs the engine as Dagster runs
 
     # Physical names of the platform's assets start with this (a Kafka-topic-safe prefix)
     namespace: str = "fd"

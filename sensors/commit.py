@@ -24,7 +24,9 @@ from fennel_dagster.settings import get_settings
 )
 def commit_requests(context: SensorEvaluationContext) -> SensorResult | SkipReason:
     settings = get_settings()
-    after = int(context.cursor or 0)
+    # the cursor (and run keys) name the metadata schema: the Dagster instance may outlive it
+    schema, _, last = (context.cursor or "").rpartition(":")
+    after = int(last) if schema == settings.pg_schema and last.isdigit() else 0
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
         migrate(conn)
         found = requests.pending(conn, after)
@@ -33,11 +35,11 @@ def commit_requests(context: SensorEvaluationContext) -> SensorResult | SkipReas
     return SensorResult(
         run_requests=[
             RunRequest(
-                run_key=f"commit-request-{r.id}",
+                run_key=f"{settings.pg_schema}/commit-request-{r.id}",
                 run_config={"ops": {"commit": {"config": {"request_id": r.id}}}},
                 tags={"fennel/branch": r.branch, "fennel/commit-request": str(r.id)},
             )
             for r in found
         ],
-        cursor=str(found[-1].id),
+        cursor=f"{settings.pg_schema}:{found[-1].id}",
     )

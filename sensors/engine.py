@@ -75,6 +75,8 @@ def engine_partition_run() -> None:
 )
 def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipReason:
     settings = get_settings()
+    if not settings.dagster_engine:
+        return SkipReason("the engine runs elsewhere (FENNEL_DAGSTER_ENGINE=false)")
     instance = context.instance
     try:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:

@@ -46,19 +46,21 @@ def submit(conn: psycopg.Connection, branch: str, message: str, author: str, wir
 
 
 def pending(conn: psycopg.Connection, after: int) -> list[CommitRequest]:
-    rows = conn.execute(
-        "SELECT id, branch, message, author, wire, state FROM commit_requests "
-        "WHERE state = 'pending' AND id > %s ORDER BY id",
-        (after,),
-    ).fetchall()
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT id, branch, message, author, wire, state FROM commit_requests "
+            "WHERE state = 'pending' AND id > %s ORDER BY id",
+            (after,),
+        ).fetchall()
     return [CommitRequest(i, b, m, a, bytes(w), s) for i, b, m, a, w, s in rows]
 
 
 def get(conn: psycopg.Connection, request_id: int) -> CommitRequest:
-    row = conn.execute(
-        "SELECT id, branch, message, author, wire, state FROM commit_requests WHERE id = %s",
-        (request_id,),
-    ).fetchone()
+    with conn.transaction():  # never leave an implicit transaction open: updates must commit
+        row = conn.execute(
+            "SELECT id, branch, message, author, wire, state FROM commit_requests WHERE id = %s",
+            (request_id,),
+        ).fetchone()
     if row is None:
         raise KeyError(f"no commit request {request_id}")
     i, b, m, a, w, s = row
