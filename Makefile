@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make up    install everything, start the local stack, open the Dagster UI
+#   make up    install everything, start the local stack, run the example live (Dagster UI,
+#              engine runs, streaming events, features queryable)
 #   make test  install everything, start the local stack, run the whole test suite
 VENV := .venv/bin
 
@@ -10,7 +11,7 @@ install:
 
 up: install
 	$(VENV)/fennel-dagster stack up
-	$(VENV)/fennel-dagster dev
+	$(VENV)/fennel-dagster demo
 
 test: install
 	$(VENV)/fennel-dagster stack up

@@ -11,6 +11,7 @@ stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive`
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from dagster import (
@@ -54,7 +55,41 @@ def run_job_partition(context: OpExecutionContext) -> None:
         context.log.warning(f"job {name} is no longer in the registry; nothing to run")
         return
     context.log.info(f"running {name} partition {partition}")
-    run_forever(settings, found[0], partition, f"run:{context.run_id}", threading.Event())
+    owner = f"run:{context.run_id}"
+    stop = threading.Event()
+    serving = serve_lookups(settings, found[0], partition, owner, stop)
+    try:
+        run_forever(settings, found[0], partition, owner, stop)
+    finally:
+        stop.set()
+        serving.join(10)
+
+
+def serve_lookups(
+    settings: Any, job: Any, partition: int, owner: str, stop: threading.Event
+) -> threading.Thread:
+    """This run's lookup endpoint, registered as an endpoint-only engine (id ``run:...``)."""
+    from fennel_dagster.engine.lookup_server import Followers, serve
+    from fennel_dagster.engine.runner import state_path
+
+    followers = Followers(lambda j, p: state_path(settings, owner, j.name, p))
+    server = serve(
+        settings.host, 0, lambda h, p: job if (h, p) == (job.hash, partition) else None, followers
+    )
+    address = f"{settings.host}:{server.server_address[1]}"
+
+    def beat() -> None:
+        with connect(settings, settings.pg_schema, autocommit=True) as conn:
+            while True:
+                registry.heartbeat_engine(conn, owner, address, settings.engine_lease_s)
+                if stop.wait(2.0):
+                    break
+            registry.deregister_engine(conn, owner)
+        server.shutdown()
+
+    t = threading.Thread(target=beat, name="lookup-endpoint", daemon=True)
+    t.start()
+    return t
 
 
 @job(

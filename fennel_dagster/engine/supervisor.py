@@ -89,7 +89,8 @@ class Supervisor:
         registry.heartbeat_engine(
             self._conn, self.engine_id, self.address, self.settings.engine_lease_s
         )
-        engines = [e.id for e in registry.live_engines(self._conn)]
+        # "run:<id>" rows are Dagster engine runs' lookup endpoints, not engines that own work
+        engines = [e.id for e in registry.live_engines(self._conn) if not e.id.startswith("run:")]
         if self.engine_id not in engines:
             engines.append(self.engine_id)
         want = self.owned(registry.list_jobs(self._conn), engines)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fennel_dagster.client import Client
@@ -26,6 +27,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.stack.process import port_open
 from fennel_dagster.stack.process import wait_for as wait_until
 from tests.engine import repo
+from tests.engine.expected import mock_run
 from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
 from tests.engine.test_exactly_once import in_order_events
 
@@ -116,6 +118,15 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
     got = read_topic(s, out_topic, 1)
     assert len(got) == 600, f"{len(got)} outputs for 600 events: exactly-once broken"
     print(f"\nruns up {started_s:.1f}s after commit; killed run relaunched in {relaunch_s:.1f}s")
+
+    # the runs serve lookups too: each registers its endpoint, the client routes to it
+    keys = pd.DataFrame({"uid": list(range(20))})
+    at = pd.Series([repo.T0 + pd.Timedelta(hours=3)] * 20)
+    want, _ = mock_run(datasets, ev).lookup("Spend", keys, at)
+    with Client(s) as c:
+        got, found = c.lookup("Spend", keys, timestamps=at)
+    assert found.all()
+    assert to_records(got[["uid", "total", "n"]]) == to_records(want[["uid", "total", "n"]])
 
     # removing Spend removes its jobs: their runs stop and stop heartbeating
     with Client(s) as c:
