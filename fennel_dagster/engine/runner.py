@@ -157,6 +157,8 @@ class Runner:
     # ------------------------------------------------------------------ recovery
 
     def _open_state(self) -> Hangar:
+        for stale in self.path.parent.glob(f".{self.path.name}.ckpt-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # a snapshot a crash interrupted
         ready = self.path / ".ready"
         if not ready.exists():
             if self.path.exists():
