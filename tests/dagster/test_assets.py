@@ -18,6 +18,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.settings import Settings
 from resources import FennelSettings, KafkaResource
+from tests.platform import drop_platform
 
 pytestmark = pytest.mark.services
 
@@ -28,13 +29,7 @@ def committed(live_stack: Settings, unique_name: str) -> Iterator[Settings]:
     with Client(s) as c:
         c.commit("payments v1", datasets=DATASETS, featuresets=FEATURESETS)
     yield s
-    with Client(s) as c:
-        c.recover()
-        for b in c.list_branches():
-            c.delete_branch(b)
-    with connect(s) as conn:
-        conn.execute(f"DROP SCHEMA {unique_name} CASCADE")
-        conn.commit()
+    drop_platform(s)
 
 
 def load(s: Settings) -> catalog.BranchCatalog:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fennel_dagster.client import Client
-from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
+from tests.platform import drop_platform
 
 
 @pytest.fixture
@@ -26,10 +25,4 @@ def engine_settings(live_stack: Settings, tmp_path: Path) -> Iterator[Settings]:
         engine_lease_s=3.0,
     )
     yield s
-    with Client(s) as client:
-        client.recover()
-        for branch in client.list_branches():
-            client.delete_branch(branch)
-    with connect(s) as conn:
-        conn.execute(f"DROP SCHEMA {name} CASCADE")
-        conn.commit()
+    drop_platform(s)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,20 +17,17 @@ import pandas as pd
 import pytest
 
 from fennel_dagster.client import Client
-from fennel_dagster.dagster_home import prepare_dagster_home
 from fennel_dagster.engine import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
-from fennel_dagster.stack.process import port_open
-from fennel_dagster.stack.process import wait_for as wait_until
 from tests.engine import repo
 from tests.engine.expected import mock_run
 from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
 from tests.engine.test_exactly_once import in_order_events
+from tests.platform import REPO, dagster_dev
 
 pytestmark = pytest.mark.services
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -47,23 +42,8 @@ def dagster_engine(engine_settings: Settings, tmp_path: Path) -> Iterator[Settin
         "load_from:\n  - python_module:\n      module_name: tests.engine.dagster_defs\n"
         f"      working_directory: {REPO}\n"
     )
-    env = {**os.environ, **s.as_env(), **prepare_dagster_home(s), "PYTHONPATH": str(REPO)}
-    cli = Path(sys.executable).with_name("fennel-dagster")
-    log = (tmp_path / "dagster.log").open("w")
-    proc = subprocess.Popen(
-        [str(cli), "dev", "--workspace", str(workspace)], cwd=REPO, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        assert wait_until(lambda: port_open(s.host, s.dagster_port), 180, interval=1.0)
+    with dagster_dev(s, tmp_path / "dagster.log", workspace):
         yield s
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def beats(s: Settings) -> dict[tuple[str, int], tuple[str, float]]:
