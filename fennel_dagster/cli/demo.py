@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    sys.path.insert(0, str(project_root()))  # examples/ lives in the checkout, not the package
     from examples.payments.datasets import DATASETS
     from examples.payments.events import generate
     from examples.payments.featuresets import FEATURESETS
