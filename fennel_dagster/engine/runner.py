@@ -358,10 +358,10 @@ class Runner:
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
-                raise Fenced(f"{self.txn_id}: fenced by a newer runner ({err})") from e
-            if isinstance(err, KafkaError) and err.txn_requires_abort():
+            cause = e.args[0] if e.args else None
+            if isinstance(cause, KafkaError) and (cause.fatal() or cause.code() in _FENCED):
+                raise Fenced(f"{self.txn_id}: fenced by a newer runner ({cause})") from e
+            if isinstance(cause, KafkaError) and cause.txn_requires_abort():
                 producer.abort_transaction(30)
             raise
         maybe_crash("after_commit")

@@ -182,7 +182,7 @@ class SourceJob:
         if self.source.where is None:
             return [True] * len(df)
         if self.where is None:
-            mask = evaluate(self.source.where, df)  # type: ignore[arg-type]
+            mask = pd.Series(evaluate(self.source.where, df))  # type: ignore[arg-type]
             return [bool(x) for x in mask.fillna(False).astype(bool).tolist()]
         try:
             return [bool(x) for x in pd.Series(self.where(df)).astype(bool).tolist()]
