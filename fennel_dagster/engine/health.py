@@ -48,15 +48,35 @@ def dataset_health(
                         lag += max(0, end - max(committed, 0))
                 finally:
                     group.close()
-        last = None
-        for p, end in ends.items():
-            if end <= 0:
-                continue
-            c.assign([TopicPartition(topic, p, end - 1)])
-            m = c.poll(3.0)
-            if m is not None and not m.error():
-                ts = json.loads(m.value()).get(ts_field)
-                last = max(last, ts) if last and ts else (ts or last)
+        last = _newest(servers, topic, ends, ts_field)
         return Health(sum(ends.values()), errors, lag, last)
+    finally:
+        c.close()
+
+
+def _newest(servers: str, topic: str, ends: dict[int, int], ts_field: str) -> str | None:
+    """The newest event time among the last rows of each partition (the topic's tail ends in
+    transaction markers, so read a few offsets back up to the end)."""
+    c = Consumer({"bootstrap.servers": servers, "group.id": "fennel-health-tail",
+                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                  "enable.partition.eof": True})  # fmt: skip
+    try:
+        tps = [TopicPartition(topic, p, max(0, end - 20)) for p, end in ends.items() if end > 0]
+        if not tps:
+            return None
+        c.assign(tps)
+        newest: str | None = None
+        done: set[int] = set()
+        while len(done) < len(tps):
+            m = c.poll(3.0)
+            if m is None:
+                break
+            if m.error():
+                done.add(m.partition())
+                continue
+            ts = json.loads(m.value()).get(ts_field)
+            if isinstance(ts, str) and (newest is None or ts > newest):
+                newest = ts
+        return newest
     finally:
         c.close()
