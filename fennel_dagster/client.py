@@ -7,22 +7,42 @@ the settings' Postgres, Kafka and S3; the Dagster-driven path reuses the same pr
 from __future__ import annotations
 
 import getpass
-import re
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+import pandas as pd
 import psycopg
+from confluent_kafka import Producer
 
+from fennel_dagster.api import (
+    DatasetRef,
+    FeatureRef,
+    LogResult,
+    dataset_name,
+    feature_name,
+    now_for,
+    refuse_no_backfill,
+)
 from fennel_dagster.commit import bank, branches, janitor, protocol
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.engine import lookups
+from fennel_dagster.errors import ClientError
+from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.ops.rows import dumps, from_records, json_value, to_records
+from fennel_dagster.query.execute import QueryExecutor
+from fennel_dagster.query.lookup import LookupFailed
+from fennel_dagster.query.plan import QueryPlanError, plan_query
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.wire import encode, spec
+from fennel_dagster.wire import encode, plan, spec
 
 
 class Client:
@@ -75,19 +95,20 @@ class Client:
     def commit(
         self,
         message: str,
-        datasets: Iterable[Any] = (),
-        featuresets: Iterable[Any] = (),
+        datasets: Iterable[type] = (),
+        featuresets: Iterable[type] = (),
         preview: bool = False,
         incremental: bool = False,
         env: str | None = None,
-        backfill: bool = False,
+        backfill: bool = True,
         branch: str | None = None,
     ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
         """Validate, compile and commit; ``preview=True`` prints and returns the diff only.
 
-        A rejected commit raises ``CommitRejected`` listing every validation error.
-        ``backfill`` is recorded for the batch layer, which replays history on Spark.
+        A rejected commit raises ``CommitRejected`` listing every validation error. ``env``
+        selects the sources, pipelines and extractors whose ``env=`` names it.
         """
+        refuse_no_backfill(backfill)
         target = branch or self.branch
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
         return self.commit_spec(request, preview=preview, branch=target)
@@ -154,49 +175,38 @@ class Client:
         self.branch = name
         return graph
 
-    # ---------------------------------------------------------------- lookups
+    # ---------------------------------------------------------------- read path
 
     def lookup(
         self,
-        dataset: Any,
-        keys: Any,
-        timestamps: Any = None,
+        dataset: DatasetRef,
+        keys: pd.DataFrame,
+        timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
         timeout: float = 10.0,
-    ) -> tuple[Any, Any]:
+    ) -> tuple[pd.DataFrame, pd.Series]:
         """Point-in-time lookup of a keyed dataset on this branch, from the engines.
 
-        Each key goes to the engine that owns its partition (``fennel-dagster engine``);
+        Each key goes to the engine that owns its partition of the dataset's serving job;
         returns (rows with the dataset's fields, a boolean Series: was the key found).
         ``timestamps`` default to now; a row is the key's value as of its timestamp.
         """
-        import json as _json
-        import urllib.error
-        import urllib.request
-
-        import pandas as pd
-
-        from fennel_dagster.engine import lookups, registry
-        from fennel_dagster.engine.jobs.common import dataset_of
-        from fennel_dagster.ops.rows import from_records, json_value, to_records
-
-        name = getattr(dataset, "__fennel_dataset_name__", dataset)
         keys = pd.DataFrame(keys).reset_index(drop=True)
-        ts = (
-            pd.Series([pd.Timestamp.now(tz="UTC")] * len(keys))
-            if timestamps is None
-            else pd.to_datetime(pd.Series(timestamps), utc=True).reset_index(drop=True)
-        )
+        return self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields, timeout)
+
+    def _lookup(
+        self,
+        name: str,
+        ts: pd.Series,
+        keys: pd.DataFrame,
+        fields: list[str] | None,
+        timeout: float = 10.0,
+    ) -> tuple[pd.DataFrame, pd.Series]:
         with self.conn.transaction():
-            jobs = lookups.branch_jobs(self.conn, self.branch)
-            if not any(dataset_of(j.spec["dataset"]).name == name for j in jobs):
-                raise lookups.LookupError_(
-                    f"dataset {name} is not committed on branch {self.branch!r}; commit it first"
-                )
-            job = lookups.serving_job(jobs, name)
+            job = lookups.serving_job(registry.branch_jobs(self.conn, self.branch), name)
             owners = registry.runner_owners(self.conn)
             engines = {e.id: e.address for e in registry.live_engines(self.conn)}
-        ds = dataset_of(job.spec["dataset"])
+        ds = job.spec.dataset
         parts = lookups.partitions_of(job, keys)
         key_recs = to_records(keys, list(ds.keys))
         stamps = [json_value(t) for t in ts]
@@ -207,23 +217,15 @@ class Client:
             owner = owners.get((job.hash, part), (None, 0.0))[0]
             address = engines.get(owner or "")
             if address is None:
-                raise lookups.LookupError_(
+                raise LookupFailed(
                     f"no live engine runs partition {part} of {job.name} (dataset {name}); "
                     "start one with `fennel-dagster engine`"
                 )
-            body = _json.dumps({
+            body = json.dumps({
                 "job": job.hash, "partition": part, "fields": fields,
                 "keys": [key_recs[i] for i in idx], "timestamps": [stamps[i] for i in idx],
             }).encode()  # fmt: skip
-            req = urllib.request.Request(
-                f"http://{address}/lookup", body, {"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    reply = _json.loads(resp.read())
-            except urllib.error.HTTPError as e:
-                detail = _json.loads(e.read() or b"{}").get("error", str(e))
-                raise lookups.LookupError_(f"lookup of {name} on {address}: {detail}") from e
+            reply = _post(f"http://{address}/lookup", body, timeout, f"lookup of {name}")
             for i, r, f in zip(idx, reply["rows"], reply["found"], strict=True):
                 rows[i], found[i] = r, f
         wanted = [f for f in ds.fields if fields is None or f.name in fields]
@@ -232,39 +234,68 @@ class Client:
                 rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
         return from_records(rows, wanted), pd.Series(found, dtype=bool)
 
+    def query(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        input_df: pd.DataFrame,
+        timestamps: pd.Series | None = None,
+    ) -> pd.DataFrame:
+        """Features of ``outputs`` for each row of ``input_df`` (columns named by ``inputs``),
+        computed by the branch's extractors in this process; their dataset lookups go to the
+        engines like ``lookup``."""
+        graph = self.checkout(self.branch)
+        if graph is None:
+            raise QueryPlanError(f"branch {self.branch!r} has no commit yet; commit first")
+        qplan = plan_query(graph.featuresets, [feature_name(i) for i in inputs],
+                           [feature_name(o) for o in outputs])  # fmt: skip
+        datasets = {d.name: d for d in graph.datasets}
+        executor = QueryExecutor(graph.featuresets, datasets, self._lookup)
+        return executor.run(qplan, input_df, now_for(input_df, timestamps))
+
     # ---------------------------------------------------------------- write path
 
-    def log(self, webhook: str, endpoint: str, df: Any) -> int:
+    def log(self, webhook: str, endpoint: str, df: pd.DataFrame) -> LogResult:
         """Send rows to a webhook endpoint (``Webhook(name=webhook).endpoint(endpoint)``).
 
         The rows go to the endpoint's inbox topic; every dataset sourcing from the endpoint
-        ingests them (schema-checked, bad rows to its error topic). Returns the row count.
+        ingests them (schema-checked, bad rows to its error topic).
         """
-        from confluent_kafka import Producer
-
-        from fennel_dagster.engine import lookups
-        from fennel_dagster.ops.rows import dumps, to_records
-
         with self.conn.transaction():
-            jobs = lookups.branch_jobs(self.conn, self.branch)
-        wanted = f"{webhook}.{endpoint}"
-        inbox = f".webhook.{re.sub(r'[^A-Za-z0-9._-]', '_', wanted)}."  # + the blueprint hash
-        topics = {
-            j.spec["webhook_topic"]: j.partitions
+            jobs = registry.branch_jobs(self.conn, self.branch)
+        inboxes = {
+            j.spec.webhook.topic: j.spec.webhook.partitions
             for j in jobs
-            if j.kind == "source" and inbox in str(j.spec.get("webhook_topic") or "")
+            if isinstance(j.spec, plan.SourceJobSpec)
+            and j.spec.webhook is not None
+            and (j.spec.webhook.webhook, j.spec.webhook.endpoint) == (webhook, endpoint)
         }
-        if not topics:
-            raise ValueError(
+        if not inboxes:
+            raise ClientError(
                 f"no dataset on branch {self.branch!r} has a source "
                 f"Webhook(name={webhook!r}).endpoint({endpoint!r}); commit one first"
             )
         producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
                              "enable.idempotence": True})  # fmt: skip
         records = to_records(df)
-        for topic, partitions in topics.items():
+        for topic, partitions in inboxes.items():
             for i, rec in enumerate(records):
                 producer.produce(topic, dumps(rec), partition=i % partitions)
         if producer.flush(30):
-            raise RuntimeError(f"log to {wanted}: Kafka did not acknowledge every row in 30 s")
-        return len(records)
+            raise ClientError(
+                f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
+            )
+        return LogResult(len(records))
+
+
+def _post(url: str, body: bytes, timeout: float, what: str) -> dict[str, Any]:
+    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            reply: dict[str, Any] = json.loads(resp.read())
+            return reply
+    except urllib.error.HTTPError as e:
+        detail = json.loads(e.read() or b"{}").get("error", str(e))
+        raise LookupFailed(f"{what} at {url}: {detail}") from e
+    except OSError as e:
+        raise ClientError(f"{what} at {url}: {e}") from e

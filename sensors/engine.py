@@ -20,6 +20,7 @@ from dagster import (
     DefaultSensorStatus,
     DeleteDynamicPartitionsRequest,
     DynamicPartitionsDefinition,
+    Failure,
     OpExecutionContext,
     RunRequest,
     RunsFilter,
@@ -32,8 +33,8 @@ from dagster import (
     sensor,
 )
 
-from fennel_dagster.engine import keepalive, registry
-from fennel_dagster.engine.jobs.factory import unsupported
+from fennel_dagster.engine import keepalive
+from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import get_settings
 
@@ -59,10 +60,15 @@ def run_job_partition(context: OpExecutionContext) -> None:
     stop = threading.Event()
     serving = serve_lookups(settings, found[0], partition, owner, stop)
     try:
-        run_forever(settings, found[0], partition, owner, stop)
+        reason = run_forever(settings, found[0], partition, owner, stop)
     finally:
         stop.set()
         serving.join(10)
+    if reason is not None:
+        raise Failure(
+            description=f"{name} partition {partition} stopped for good: {reason}",
+            metadata={"job": name, "partition": partition, "reason": reason},
+        )
 
 
 def serve_lookups(
@@ -115,8 +121,9 @@ def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipRea
     instance = context.instance
     try:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
-            jobs = [j for j in registry.list_jobs(conn) if unsupported(j.name, j.spec) is None]
+            jobs = registry.list_jobs(conn)
             beats = registry.runner_owners(conn)
+            failed = set(registry.failures(conn))
     except psycopg.errors.UndefinedTable:
         return SkipReason(f"nothing committed yet (no job registry in {settings.pg_schema!r})")
     now = time.time()
@@ -133,7 +140,9 @@ def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipRea
         runs.append(
             keepalive.LiveRun(r.run_id, key, now - began, r.status == DagsterRunStatus.STARTED)
         )
-    plan = keepalive.plan(jobs, instance.get_dynamic_partitions(job_partitions.name), runs, beats)
+    plan = keepalive.plan(
+        jobs, instance.get_dynamic_partitions(job_partitions.name), runs, beats, failed=failed
+    )
     for run_id in plan.mark_failed:
         run = instance.get_run_by_id(run_id)
         if run is not None:

@@ -12,9 +12,8 @@ from dagster import (
 from assets.datasets import key_of
 from fennel_dagster.commit import catalog
 from fennel_dagster.engine.health import dataset_health
-from fennel_dagster.engine.jobs.common import dataset_of
-from fennel_dagster.engine.registry import list_jobs
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import failures, list_jobs
 from fennel_dagster.settings import get_settings
 
 
@@ -26,6 +25,7 @@ def stream_health(context: SensorEvaluationContext) -> SensorResult | SkipReason
         try:
             cats = catalog.load(conn)
             jobs = list_jobs(conn)
+            stopped = failures(conn)
         except Exception as e:  # noqa: BLE001 - nothing committed yet
             return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
     events = []
@@ -38,11 +38,15 @@ def stream_health(context: SensorEvaluationContext) -> SensorResult | SkipReason
             err = next((a.name for a in phys if a.kind == "topic" and a.role == "error"), None)
             if topic is None:
                 continue
-            writers = [j for j in jobs if j.kind in ("source", "pipeline")
-                       and dataset_of(j.spec["dataset"]).name == ds.name]  # fmt: skip
+            mine = [j for j in jobs if j.spec.dataset.name == ds.name]
+            writers = [j for j in mine if j.kind in ("source", "pipeline")]
             h = dataset_health(s.kafka_servers, topic, err, writers, ds.timestamp)
+            failed = [f"{j.name} p{p}: {stopped[(j.hash, p)].reason}"
+                      for j in mine for p in range(j.partitions) if (j.hash, p) in stopped]  # fmt: skip
             events.append(AssetObservation(asset_key=key_of(cat.branch, ds.name), metadata={
                 "end offsets": h.messages, "error rows": h.errors, "consumer lag": h.lag,
                 "last event time": h.last_event or "none",
+                "stopped partitions": len(failed),
+                "stopped because": "\n".join(failed) or "none",
             }))  # fmt: skip
     return SensorResult(asset_events=events) if events else SkipReason("no datasets")

@@ -13,11 +13,10 @@ from fennel_dagster.lib import (
     expect_column_values_to_be_in_set,
     expect_column_values_to_not_be_null,
 )
-from fennel_dagster.sources import Kafka, Postgres, Webhook
+from fennel_dagster.sources import Kafka, Webhook
 from fennel_dagster.window import Continuous
 
 kafka = Kafka(name="payments_kafka")
-postgres = Postgres(name="crm", db_name="crm")
 webhook = Webhook(name="ops_webhook", retention="14d")
 
 
@@ -45,10 +44,10 @@ class Transaction:
 
 
 @meta(owner="crm@example.com")
-@source(postgres.table("users", cursor="updated_at"), disorder="1d", cdc="upsert", every="1m")
+@source(webhook.endpoint("users"), disorder="1d", cdc="upsert")
 @dataset(index=True)
 class User:
-    """One row per user, upserted from the CRM."""
+    """One row per user, upserted by the CRM through a webhook."""
 
     uid: int = field(key=True)
     country: str

@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
             print("committing examples/payments through Dagster ...", flush=True)
             client.commit("payments example", datasets=DATASETS, featuresets=FEATURESETS)
             client.via_dagster = False
-            client.log("ops_webhook", "merchants", generate().merchants)
+            events = generate()
+            client.log("ops_webhook", "users", events.users)
+            client.log("ops_webhook", "merchants", events.merchants)
             threading.Thread(target=_stream, args=(settings, args.rate, stop), daemon=True).start()
             print(
                 f"streaming {args.rate}/s into {TOPIC!r}; UI at {settings.dagster_url}", flush=True

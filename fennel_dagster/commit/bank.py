@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import psycopg
@@ -66,24 +65,3 @@ def ref_counts(conn: psycopg.Connection, hashes: Iterable[str]) -> dict[str, int
         "SELECT hash, count(*) FROM refs WHERE hash = ANY(%s) GROUP BY hash", (list(hashes),)
     ).fetchall()
     return {h: int(n) for h, n in rows}
-
-
-def register_job(conn: psycopg.Connection, bp: Blueprint) -> None:
-    spec = bp.spec_dict()
-    partitions = int(spec.get("partitions", 1))
-    conn.execute(
-        "INSERT INTO jobs (hash, name, kind, partitions, spec) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT (hash) DO NOTHING",
-        (
-            bp.hash,
-            bp.name,
-            spec.get("job_kind", "pipeline"),
-            partitions,
-            Jsonb(json.loads(bp.spec_json())),
-        ),
-    )
-    conn.execute(
-        "INSERT INTO job_partitions (job_hash, partition) SELECT %s, p FROM generate_series(0, %s - 1) p "
-        "ON CONFLICT DO NOTHING",
-        (bp.hash, partitions),
-    )

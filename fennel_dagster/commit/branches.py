@@ -12,10 +12,11 @@ from fennel_dagster.commit.protocol import (
     head,
     schedule_unreferenced,
 )
+from fennel_dagster.errors import CommitError
 from fennel_dagster.wire import decode, spec
 
 
-class BranchExistsError(ValueError):
+class BranchExistsError(CommitError, ValueError):
     pass
 
 

@@ -58,7 +58,7 @@ def load(conn: psycopg.Connection) -> list[BranchCatalog]:
                     kind,
                     name,
                     h,
-                    str(sp.get("role") or sp.get("job_kind") or ""),
+                    str(sp.get("role") or sp.get("kind") or ""),
                     sp.get("partitions"),
                     int(refs),
                 )  # fmt: skip

@@ -9,9 +9,14 @@ and a version bump changes the hash of the dataset and of everything downstream 
 Partitioning. Every dataset topic has ``partitions`` partitions and is keyed by its key
 fields (keyless datasets: by the hash of the whole row), so a keyed dataset's pipeline and
 index jobs are co-partitioned with it: job partition ``p`` reads partition ``p`` of its
-inputs and writes partition ``p`` of its output. A pipeline whose stateful operator groups
-or joins by other columns than its input's partitioning gets a ``repartition`` topic keyed
-by those columns, written by the job's first stage and read by its second.
+inputs and writes partition ``p`` of its output. A pipeline whose keyed operator groups by
+other columns than its input's partitioning gets a ``repartition`` topic keyed by those
+columns, written by the job's first stage and read by its second (``commit.stages``).
+
+Jobs. Each job blueprint carries its typed spec (``wire.plan``), the one contract the engine,
+lookups, client, mock and Dagster read. Lookups of a dataset are answered by exactly one
+job: the pipeline job of a terminal continuous aggregate (its windows decay at lookup time),
+else the dataset's index job; nothing is compiled that nothing reads.
 """
 
 from __future__ import annotations
@@ -23,8 +28,11 @@ from typing import Any
 
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintSet
 from fennel_dagster.commit.graph import EntityGraph
-from fennel_dagster.wire import spec
-from fennel_dagster.wire.codec import to_jsonable
+from fennel_dagster.commit.infer import node_schemas
+from fennel_dagster.commit.stages import cut_of
+from fennel_dagster.ops.aggregate import is_continuous
+from fennel_dagster.wire import plan, spec
+from fennel_dagster.wire.codec import from_jsonable, to_jsonable
 
 DEFAULT_PARTITIONS = 4
 STATEFUL = (spec.AggregateNode, spec.JoinNode, spec.FirstNode, spec.LatestNode, spec.DedupNode)
@@ -81,117 +89,174 @@ def _stateful(p: spec.PipelineSpec) -> bool:
     return any(isinstance(n, STATEFUL) for n in p.nodes)
 
 
-def _partition_keys(
-    p: spec.PipelineSpec, datasets: dict[str, spec.DatasetSpec]
-) -> list[str] | None:
-    """The columns the first keyed operator partitions by (None: no repartition needed).
-
-    Joins need none: every partition of a pipeline job indexes the whole right-hand dataset
-    (a broadcast join), so a join works on any keys, and two joins on different keys work.
-    """
-    for node in p.nodes:
-        if isinstance(node, spec.AggregateNode | spec.FirstNode | spec.LatestNode):
-            return list(node.keys)
+def terminal_aggregate(ds: spec.DatasetSpec) -> plan.AggregateServing | None:
+    """The continuous aggregate whose state answers lookups of ``ds`` (None: its index)."""
+    for p in ds.pipelines:
+        last = {n.id: n for n in p.nodes}[p.output]
+        if isinstance(last, spec.AggregateNode) and is_continuous(last):
+            return plan.AggregateServing(f"{ds.name}.{p.name}", last)
     return None
+
+
+def job_blueprint(prefix: str, entity: str, ident: dict[str, Any], job: plan.JobSpec) -> Blueprint:
+    """A job's blueprint: its name is derived from ``ident`` (so ``job.name`` must match)."""
+    bp = _bp("job", prefix, entity, ident, {
+        "kind": job.KIND, "partitions": job.partitions, "plan": to_jsonable(job),
+    })  # fmt: skip
+    assert bp.name == job.name, (bp.name, job.name)
+    return bp
+
+
+def job_of(bp: Blueprint) -> plan.JobSpec:
+    """The typed job spec a job blueprint carries."""
+    job = from_jsonable(bp.spec_dict()["plan"])
+    assert isinstance(job, plan.JOB_SPECS), f"blueprint {bp.name} holds no job spec"
+    return job
+
+
+def jobs_of(blueprints: BlueprintSet) -> tuple[plan.JobSpec, ...]:
+    return tuple(job_of(bp) for bp in blueprints.of_kind("job"))
+
+
+def _name(kind: str, prefix: str, ident: dict[str, Any]) -> str:
+    return f"{prefix}.{_digest({'kind': kind, **ident})[:12]}"
+
+
+class _Compiler:
+    def __init__(self, graph: EntityGraph, namespace: str, partitions: int) -> None:
+        self.graph = graph
+        self.ns = namespace
+        self.partitions = partitions
+        self.hashes = dataset_hashes(graph)
+        self.topic_of: dict[str, str] = {}
+        self.out: list[Blueprint] = []
+
+    def topic(self, prefix: str, entity: str, ident: dict[str, Any], role: str,
+              partitions: int, keys: list[str], configs: dict[str, str]) -> Blueprint:  # fmt: skip
+        bp = _bp("topic", prefix, entity, {**ident, "role": role} if role != "dataset" else ident, {
+            "partitions": partitions, "key_fields": keys, "role": role, "configs": configs,
+        })  # fmt: skip
+        self.out.append(bp)
+        return bp
+
+    def replaylog(self, prefix: str, entity: str, ident: dict[str, Any]) -> str:
+        bp = _replaylog(prefix, entity, ident)
+        self.out.append(bp)
+        return bp.name
+
+    def snapshots(self, prefix: str, entity: str, ident: dict[str, Any], job: str) -> None:
+        self.out.append(
+            _bp("snapshot_prefix", prefix, entity, ident, {"bucket_prefix": f"snapshots/{job}/"})
+        )
+
+    def dataset(self, ds: spec.DatasetSpec) -> None:
+        ns, h, safe = self.ns, self.hashes[ds.name], _safe(ds.name)
+        ident = {"dataset": h}
+        topic = _bp("topic", f"{ns}.ds.{safe}.v{ds.version}", ds.name, ident, {
+            "partitions": self.partitions, "key_fields": list(ds.keys), "role": "dataset",
+            "configs": {"retention.ms": str(ds.history * 1000), "cleanup.policy": "delete"},
+        })  # fmt: skip
+        errors = _bp("topic", f"{ns}.err.{safe}.v{ds.version}", ds.name, {**ident, "role": "error"}, {
+            "partitions": 1, "key_fields": [], "role": "error", "configs": {"retention.ms": str(14 * 86400 * 1000)},
+        })  # fmt: skip
+        self.out += [topic, errors]
+        self.topic_of[ds.name] = topic.name
+        for i, src in enumerate(ds.sources):
+            self.source(ds, i, src, ident, topic.name, errors.name)
+        serving = terminal_aggregate(ds)
+        for p in ds.pipelines:
+            serves = (
+                serving if serving is not None and serving.scope == f"{ds.name}.{p.name}" else None
+            )
+            self.pipeline(ds, p, ident, topic.name, errors.name, serves)
+        if ds.keys and (ds.index or ds.online) and serving is None:
+            self.index(ds, ident, topic.name, errors.name)
+        if ds.offline:
+            self.out.append(_bp("offline_table", f"offline/{safe}/v{ds.version}", ds.name, {**ident, "role": "offline"}, {
+                "bucket_prefix": f"offline/{safe}/v{ds.version}/{h[:12]}/", "format": "parquet", "source_topic": topic.name,
+            }))  # fmt: skip
+
+    def source(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, ident: dict[str, Any],
+               topic: str, errors: str) -> None:  # fmt: skip
+        ns, safe = self.ns, _safe(ds.name)
+        sident = {**ident, "source": i}
+        entity = f"{ds.name}#source{i}"
+        replay = self.replaylog(f"{ns}.replay.{safe}.src{i}", entity, sident)
+        config = dict(src.connector.config)
+        inbox: plan.WebhookInbox | None = None
+        if src.connector.kind == "webhook":
+            # rows logged to a webhook endpoint land here; shared by every dataset on it
+            endpoint = str(config.get("endpoint", ""))
+            where = f"{src.connector.name}.{endpoint}"
+            bp = _bp("topic", f"{ns}.webhook.{_safe(where)}", entity, {"webhook": where}, {
+                "partitions": self.partitions, "key_fields": [], "role": "webhook", "configs": {"cleanup.policy": "delete"},
+            })  # fmt: skip
+            self.out.append(bp)
+            inbox = plan.WebhookInbox(src.connector.name, endpoint, bp.name, self.partitions)
+        external = inbox.topic if inbox is not None else str(config.get("topic", ""))
+        prefix = f"{ns}.job.{safe}.src{i}"
+        job = plan.SourceJobSpec(
+            name=_name("job", prefix, sident), partitions=self.partitions, dataset=ds, source=src,
+            output_topic=topic, error_topic=errors, replaylog=replay, external_topic=external,
+            webhook=inbox,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, sident, job))
+
+    def pipeline(self, ds: spec.DatasetSpec, p: spec.PipelineSpec, ident: dict[str, Any], topic: str,
+                 errors: str, serves: plan.AggregateServing | None) -> None:  # fmt: skip
+        ns, safe, graph = self.ns, _safe(ds.name), self.graph
+        entity = f"{ds.name}.{p.name}"
+        jident = {**ident, "pipeline": p.name}
+        replay = self.replaylog(f"{ns}.replay.{safe}.{_safe(p.name)}", entity, jident)
+        joined = sorted({n.right for n in p.nodes if isinstance(n, spec.JoinNode)})
+        datasets = {**graph.datasets, ds.name: ds}
+        cut = cut_of(p, datasets, ds)
+        repartition: plan.Repartition | None = None
+        if cut is not None:
+            bp = self.topic(f"{ns}.repart.{safe}.{_safe(p.name)}", entity, jident, "repartition",
+                            self.partitions, list(cut.keys), {"cleanup.policy": "delete"})  # fmt: skip
+            schema = tuple(node_schemas(p, datasets)[cut.node])
+            repartition = plan.Repartition(bp.name, cut.keys, cut.node, schema)
+        prefix = f"{ns}.job.{safe}.{_safe(p.name)}"
+        job = plan.PipelineJobSpec(
+            name=_name("job", prefix, jident), partitions=self.partitions, dataset=ds, pipeline=p,
+            inputs=tuple(plan.DatasetStream(graph.datasets[i], self.topic_of[i])
+                         for i in p.inputs if i in self.topic_of and i not in joined),
+            lookups=tuple(plan.DatasetStream(graph.datasets[r], self.topic_of[r])
+                          for r in joined if r in self.topic_of),
+            output_topic=topic, error_topic=errors, replaylog=replay,
+            stateful=_stateful(p), repartition=repartition, serves=serves,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, jident, job))
+        if job.stateful:
+            self.snapshots(
+                f"snapshots/{safe}.{_safe(p.name)}",
+                entity,
+                {**jident, "role": "snapshots"},
+                job.name,
+            )
+
+    def index(self, ds: spec.DatasetSpec, ident: dict[str, Any], topic: str, errors: str) -> None:
+        ns, safe = self.ns, _safe(ds.name)
+        entity = f"{ds.name}#index"
+        iident = {**ident, "role": "index"}
+        replay = self.replaylog(f"{ns}.replay.{safe}.index", entity, iident)
+        prefix = f"{ns}.index.{safe}.v{ds.version}"
+        job = plan.IndexJobSpec(
+            name=_name("job", prefix, iident), partitions=self.partitions, dataset=ds,
+            input_topic=topic, error_topic=errors, replaylog=replay,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, iident, job))
+        self.snapshots(
+            f"snapshots/{safe}.index", entity, {**ident, "role": "index-snapshots"}, job.name
+        )
 
 
 def compile_blueprints(
     graph: EntityGraph, namespace: str = "fd", partitions: int = DEFAULT_PARTITIONS
 ) -> BlueprintSet:
-    hashes = dataset_hashes(graph)
-    out: list[Blueprint] = []
-    topic_of: dict[str, str] = {}
+    c = _Compiler(graph, namespace, partitions)
     for ds in graph.topological():
-        if ds.meta.deleted:
-            continue
-        h = hashes[ds.name]
-        base = f"{namespace}.ds.{_safe(ds.name)}.v{ds.version}"
-        ident = {"dataset": h}
-        topic = _bp("topic", base, ds.name, ident, {
-            "partitions": partitions, "key_fields": list(ds.keys), "role": "dataset",
-            "configs": {"retention.ms": str(ds.history * 1000), "cleanup.policy": "delete"},
-        })  # fmt: skip
-        errors = _bp("topic", f"{namespace}.err.{_safe(ds.name)}.v{ds.version}", ds.name, {**ident, "role": "error"}, {
-            "partitions": 1, "key_fields": [], "role": "error", "configs": {"retention.ms": str(14 * 86400 * 1000)},
-        })  # fmt: skip
-        out += [topic, errors]
-        topic_of[ds.name] = topic.name
-        schema = to_jsonable(ds)
-        for i, src in enumerate(ds.sources):
-            sident = {**ident, "source": i}
-            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident)
-            inbox = None
-            if src.connector.kind == "webhook":
-                # rows logged to a webhook endpoint land here; shared by every dataset on it
-                endpoint = f"{src.connector.name}.{dict(src.connector.config).get('endpoint', '')}"
-                inbox = _bp("topic", f"{namespace}.webhook.{_safe(endpoint)}", f"{ds.name}#source{i}", {"webhook": endpoint}, {
-                    "partitions": partitions, "key_fields": [], "role": "webhook", "configs": {"cleanup.policy": "delete"},
-                })  # fmt: skip
-                out.append(inbox)
-            job = _bp("job", f"{namespace}.job.{_safe(ds.name)}.src{i}", f"{ds.name}#source{i}", sident, {
-                "job_kind": "source", "partitions": partitions, "inputs": [], "external": to_jsonable(src),
-                "outputs": [topic.name], "error_topic": errors.name, "state": False, "dataset": schema,
-                "replaylog": replay.name, "webhook_topic": inbox.name if inbox is not None else None,
-            })  # fmt: skip
-            out += [replay, job]
-        for p in ds.pipelines:
-            jname = f"{namespace}.job.{_safe(ds.name)}.{_safe(p.name)}"
-            jident = {**ident, "pipeline": p.name}
-            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", jident)
-            stateful = _stateful(p)
-            repart = _partition_keys(p, graph.datasets)
-            repart_topic = None
-            if repart is not None:
-                repart_topic = _bp("topic", f"{namespace}.repart.{_safe(ds.name)}.{_safe(p.name)}", f"{ds.name}.{p.name}", {**jident, "role": "repartition"}, {
-                    "partitions": partitions, "key_fields": repart, "role": "repartition", "configs": {"cleanup.policy": "delete"},
-                })  # fmt: skip
-                out.append(repart_topic)
-            lookups = sorted({n.right for n in p.nodes if isinstance(n, spec.JoinNode)})
-            job_spec: dict[str, Any] = {
-                "job_kind": "pipeline", "partitions": partitions,
-                "inputs": [topic_of[i] for i in p.inputs if i in topic_of],
-                "input_topics": {i: topic_of[i] for i in p.inputs if i in topic_of},
-                "outputs": [topic.name], "error_topic": errors.name, "replaylog": replay.name,
-                "state": stateful, "pipeline": to_jsonable(p), "dataset": schema,
-                "input_datasets": {i: to_jsonable(graph.datasets[i]) for i in p.inputs if i in graph.datasets},
-                "lookups": lookups,
-                "lookup_topics": {r: topic_of[r] for r in lookups if r in topic_of},
-                "lookup_datasets": {r: to_jsonable(graph.datasets[r]) for r in lookups if r in graph.datasets},
-                "partition_by": repart or [],
-                "repartition_topic": repart_topic.name if repart_topic is not None else None,
-            }  # fmt: skip
-            job = _bp("job", jname, f"{ds.name}.{p.name}", jident, job_spec)
-            out += [replay, job]
-            if stateful:
-                out.append(
-                    _bp(
-                        "snapshot_prefix",
-                        f"snapshots/{_safe(ds.name)}.{_safe(p.name)}",
-                        f"{ds.name}.{p.name}",
-                        {**jident, "role": "snapshots"},
-                        {"bucket_prefix": f"snapshots/{job.name}/"},
-                    )
-                )
-        if ds.keys and (ds.index or ds.online):
-            iident = {**ident, "role": "index"}
-            replay = _replaylog(f"{namespace}.replay.{_safe(ds.name)}.index", f"{ds.name}#index", iident)
-            idx_job = _bp("job", f"{namespace}.index.{_safe(ds.name)}.v{ds.version}", f"{ds.name}#index", iident, {
-                "job_kind": "index", "partitions": partitions, "inputs": [topic.name], "outputs": [],
-                "state": True, "dataset": schema, "online": ds.online, "offline": ds.offline,
-                "error_topic": errors.name, "replaylog": replay.name,
-            })  # fmt: skip
-            out += [replay, idx_job]
-            out.append(
-                _bp(
-                    "snapshot_prefix",
-                    f"snapshots/{_safe(ds.name)}.index",
-                    f"{ds.name}#index",
-                    {**ident, "role": "index-snapshots"},
-                    {"bucket_prefix": f"snapshots/{idx_job.name}/"},
-                )
-            )
-        if ds.offline:
-            out.append(_bp("offline_table", f"offline/{_safe(ds.name)}/v{ds.version}", ds.name, {**ident, "role": "offline"}, {
-                "bucket_prefix": f"offline/{_safe(ds.name)}/v{ds.version}/{h[:12]}/", "format": "parquet", "source_topic": topic.name,
-            }))  # fmt: skip
-    return BlueprintSet(tuple(sorted(out, key=lambda b: (b.kind, b.name))))
+        if not ds.meta.deleted:
+            c.dataset(ds)
+    return BlueprintSet(tuple(sorted(c.out, key=lambda b: (b.kind, b.name))))

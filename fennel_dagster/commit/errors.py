@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fennel_dagster.errors import CommitError
+
 
 @dataclass(frozen=True)
 class ValidationError:
@@ -18,7 +20,7 @@ class ValidationError:
         return f"{self.entity}{at}: {self.message}: {self.fix}"
 
 
-class CommitRejected(ValueError):
+class CommitRejected(CommitError, ValueError):
     """A commit that fails validation; ``str()`` lists every error, not just the first."""
 
     def __init__(self, errors: Sequence[ValidationError]) -> None:

@@ -24,20 +24,23 @@ import psycopg
 
 from fennel_dagster.commit import bank, janitor
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintDiff, BlueprintSet
+from fennel_dagster.commit.compiler import job_of
 from fennel_dagster.commit.crashpoints import crash_point
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff
+from fennel_dagster.errors import CommitError
+from fennel_dagster.metadata import registry
 
 
-class StaleBranchError(RuntimeError):
+class StaleBranchError(CommitError, RuntimeError):
     """The branch moved since the commit was prepared."""
 
 
-class BranchNotFoundError(LookupError):
+class BranchNotFoundError(CommitError, LookupError):
     pass
 
 
-class MetadataUnavailableError(RuntimeError):
+class MetadataUnavailableError(CommitError, RuntimeError):
     """The metadata store went away mid-commit; recovery will undo whatever was started."""
 
 
@@ -177,7 +180,7 @@ def _commit_point(
                 (branch, bp.hash),
             )
             if bp.kind == "job":
-                bank.register_job(conn, bp)
+                registry.register_job(conn, bp.hash, job_of(bp))
         released = [b.hash for b in plan.release]
         conn.execute("DELETE FROM refs WHERE branch = %s AND hash = ANY(%s)", (branch, released))
         schedule_unreferenced(conn, released, commit_id)
@@ -204,7 +207,7 @@ def schedule_unreferenced(
         "UPDATE assets SET state = 'destroying', updated_at = now() WHERE hash = ANY(%s)",
         (orphans,),
     )
-    conn.execute("DELETE FROM jobs WHERE hash = ANY(%s)", (orphans,))
+    registry.unregister_jobs(conn, orphans)
     for h in orphans:
         conn.execute(
             "INSERT INTO destruction_ledger (commit_id, hash, state) VALUES (%s, %s, 'pending')",

@@ -18,9 +18,10 @@ import psycopg
 
 from fennel_dagster.commit.errors import CommitRejected, ValidationError
 from fennel_dagster.commit.protocol import CommitOutcome
+from fennel_dagster.errors import CommitError
 
 
-class CommitFailed(RuntimeError):
+class CommitFailed(CommitError, RuntimeError):
     """The commit run failed for another reason than validation (see the run's logs)."""
 
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass, replace
 
 from fennel_dagster.commit.blueprint import BlueprintSet
 from fennel_dagster.commit.compiler import DEFAULT_PARTITIONS, compile_blueprints
+from fennel_dagster.commit.environment import select_env
 from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.executable import PLATFORM_RULES
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.wire import decode, spec
@@ -38,7 +40,8 @@ class DefinitionServer:
     def process_spec(
         self, commit: spec.CommitSpec, previous: spec.CommitSpec | None
     ) -> DefinitionResult:
-        errors = tuple(validate(commit, previous))
+        commit = select_env(commit)
+        errors = tuple(validate(commit, previous, PLATFORM_RULES))
         merged = _merge(commit, previous) if commit.incremental else commit
         graph = EntityGraph.build(merged)
         blueprints = compile_blueprints(graph, self.namespace, self.partitions) if not errors else BlueprintSet(())

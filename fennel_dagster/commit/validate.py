@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.executable import engine_shapes
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.infer import infer_pipeline, same_type
 from fennel_dagster.commit.wellformed import well_formed
@@ -300,13 +301,17 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Valid
 RULES: tuple[Rule, ...] = (
     owners, source_xor_pipeline, cdc_vs_keys, timestamps_and_keys, pipeline_schemas,
     terminal_inputs, extractors, windows, immutability, deletions, deleted_not_used,
+    engine_shapes,
 )  # fmt: skip
 
 
 def validate(
-    commit: spec.CommitSpec, previous: spec.CommitSpec | None = None
+    commit: spec.CommitSpec,
+    previous: spec.CommitSpec | None = None,
+    extra: tuple[Rule, ...] = (),
 ) -> list[ValidationError]:
-    """Every error of ``commit`` against the branch's ``previous`` commit."""
+    """Every error of ``commit`` against the branch's ``previous`` commit; ``extra`` rules
+    run after the common ones (the definition server adds ``PLATFORM_RULES``)."""
     structural = well_formed(commit)
     if structural:
         return structural
@@ -315,7 +320,7 @@ def validate(
     prev = EntityGraph.build(previous) if previous is not None else None
     graph = EntityGraph.build(commit, base=previous if commit.incremental else None)
     errors: list[ValidationError] = []
-    for rule in RULES:
+    for rule in RULES + extra:
         errors.extend(rule(graph, prev))
     return errors
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.errors import QueryError
+
 LookupProvider = Callable[
     [str, pd.Series, pd.DataFrame, list[str] | None], tuple[pd.DataFrame, pd.Series]
 ]
@@ -23,7 +25,7 @@ _provider: contextvars.ContextVar[LookupProvider | None] = contextvars.ContextVa
 )
 
 
-class LookupOutsideExtractorError(RuntimeError):
+class LookupOutsideExtractorError(QueryError, RuntimeError):
     pass
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.metadata.registry import JobRow
+from fennel_dagster.wire import plan
 
 
 @dataclass
@@ -42,7 +43,7 @@ def dataset_health(
                 group = Consumer({"bootstrap.servers": servers, "group.id": f"{job.name}.p{p}",
                                   "enable.auto.commit": False})  # fmt: skip
                 try:
-                    for t in job.spec.get("inputs", []):
+                    for t in _partitioned_inputs(job):
                         committed = group.committed([TopicPartition(t, p)], timeout=10)[0].offset
                         end = _end_offsets(c, t).get(p, 0)
                         lag += max(0, end - max(committed, 0))
@@ -80,3 +81,15 @@ def _newest(servers: str, topic: str, ends: dict[int, int], ts_field: str) -> st
         return newest
     finally:
         c.close()
+
+
+def _partitioned_inputs(job: JobRow) -> list[str]:
+    """Dataset topics whose partition p job partition p consumes (source jobs read user
+    topics spread over their partitions, and a repartition topic's end offsets count the
+    transaction markers its stage writes: neither has a per-partition lag to report)."""
+    spec = job.spec
+    if isinstance(spec, plan.PipelineJobSpec):
+        return [s.topic for s in spec.inputs]
+    if isinstance(spec, plan.IndexJobSpec):
+        return [spec.input_topic]
+    return []

@@ -9,10 +9,10 @@ noticing (SIGKILL, OOM), so liveness is the heartbeat the runner writes every ~2
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.metadata.registry import JobRow
 
 DEAD_AFTER_S = 6.0  # no heartbeat for this long: the runner is gone
 STARTUP_GRACE_S = 90.0  # a new run may take this long to write its first heartbeat
@@ -50,8 +50,10 @@ def plan(
     runs: Iterable[LiveRun],
     heartbeats: Mapping[tuple[str, int], tuple[str, float]],
     owner_of_run: str = "run:{run_id}",
+    failed: Collection[tuple[str, int]] = (),
 ) -> Plan:
-    """``heartbeats``: (job hash, partition) -> (owner, seconds since its heartbeat)."""
+    """``heartbeats``: (job hash, partition) -> (owner, seconds since its heartbeat);
+    ``failed``: (job hash, partition) that stopped for good: never relaunched."""
     by_key = {partition_key(j, p): (j, p) for j in jobs for p in range(j.partitions)}
     existing = set(existing_partitions)
     out = Plan(
@@ -77,5 +79,8 @@ def plan(
                 alive.add(run.partition_key)
             continue
         out.mark_failed.append(run.run_id)
-    out.launch = sorted(k for k in by_key if k not in alive)
+    stopped = set(failed)
+    out.launch = sorted(
+        k for k, (j, p) in by_key.items() if k not in alive and (j.hash, p) not in stopped
+    )
     return out

@@ -19,14 +19,15 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.lookups import LookupError_, answer
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.engine.lookups import answer
+from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.rows import to_records
+from fennel_dagster.query.lookup import LookupFailed
 
 log = logging.getLogger("fennel_dagster.engine.lookup")
 
 
-class NoStateYet(LookupError_):
+class NoStateYet(LookupFailed):
     """The partition's runner has not written state yet: every key is absent."""
 
 
@@ -111,7 +112,7 @@ def serve(
                 self._reply(
                     200, {"rows": [{} for _ in req["keys"]], "found": [False] * len(req["keys"])}
                 )
-            except LookupError_ as e:
+            except LookupFailed as e:
                 self._reply(400, {"error": str(e)})
             except Exception as e:  # noqa: BLE001 - report, keep serving
                 log.exception("lookup failed")

@@ -34,16 +34,19 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from tenacity import Retrying, retry_if_not_exception_type, stop_when_event_set, wait_exponential
 
-from fennel_dagster.engine import registry
 from fennel_dagster.engine.errors import encode_error
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
-from fennel_dagster.engine.messages import InMessage
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.engine.messages import InMessage, Iteration
 from fennel_dagster.engine.snapshots import SnapshotStore
+from fennel_dagster.errors import EngineError
+from fennel_dagster.metadata import registry
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.state import OverlayReader, WriteBatch
 from fennel_dagster.settings import Settings
 
@@ -52,12 +55,18 @@ log = logging.getLogger("fennel_dagster.engine.runner")
 TP = tuple[str, int]
 
 
-class Fenced(RuntimeError):
+class Fenced(EngineError, RuntimeError):
     """A newer runner took over this partition: stop without touching state."""
 
 
-class RecoveryError(RuntimeError):
-    pass
+class RecoveryError(EngineError, RuntimeError):
+    """Recovery could not finish yet (a missing topic, a slow replaylog): retried."""
+
+
+class PermanentJobError(EngineError):
+    """A job partition that cannot run as committed (its spec cannot be built, or its logic
+    raised on a batch: ``process`` is deterministic, so a retry would raise again). The
+    runner stops and records the reason in the registry instead of retrying forever."""
 
 
 @dataclass
@@ -99,9 +108,17 @@ class Runner:
         # one consumer group per job partition: a broadcast (join) input is read by every
         # partition of the job, so their committed offsets must not overwrite each other
         self.group = f"{job.name}.p{partition}"
-        self.logic: JobLogic = build_job(job.name, job.spec, self._topic_partitions)
-        self.error_topic: str | None = job.spec.get("error_topic")
-        self.replaylog: str | None = job.spec.get("replaylog")
+        try:
+            self.logic: JobLogic = build_job(job.spec, self._topic_partitions)
+        except RecoveryError:
+            raise
+        except Exception as e:
+            raise PermanentJobError(
+                f"job {job.name} (of {job.spec.dataset.name}) cannot be built from its "
+                f"committed spec: {type(e).__name__}: {e}"
+            ) from e
+        self.error_topic: str | None = job.spec.error_topic
+        self.replaylog: str | None = job.spec.replaylog
         self._marker_offset: int | None = None
         self._upload: threading.Thread | None = None
         self._last_snapshot = time.monotonic()
@@ -268,7 +285,7 @@ class Runner:
                 reader = OverlayReader(hangar, pending)
                 for t, p, a, b in ranges:
                     msgs = self._read_range(reader_c, t, p, a, b)
-                    it = self.logic.process(msgs, reader)
+                    it = self._process(msgs, reader)
                     if it.writes is not None:
                         pending.puts.update(it.writes.puts)
                     self.stats.replayed_messages += len(msgs)
@@ -336,7 +353,7 @@ class Runner:
         try:
             producer.begin_transaction()
             for (topic, part), group in groups.items():
-                it = self.logic.process(group, reader)
+                it = self._process(group, reader)
                 if it.writes is not None:
                     pending.puts.update(it.writes.puts)
                 for rec in it.outputs:
@@ -370,6 +387,17 @@ class Runner:
         self._dirty = True
         self.stats.batches += 1
         self.stats.messages += len(msgs)
+
+    def _process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
+        try:
+            return self.logic.process(msgs, reader)
+        except Exception as e:
+            first, last = msgs[0], msgs[-1]
+            raise PermanentJobError(
+                f"job {self.job.name} (of {self.job.spec.dataset.name}) partition "
+                f"{self.partition} failed on {first.topic}[{first.partition}] offsets "
+                f"{first.offset}..{last.offset}: {type(e).__name__}: {e}"
+            ) from e
 
     def _on_marker(self, err: Any, msg: Any) -> None:
         if err is None:
@@ -440,34 +468,49 @@ def _in(msg: Any) -> InMessage:
 
 def run_forever(
     settings: Settings, job: JobRow, partition: int, owner: str, stop: threading.Event | None = None
-) -> None:
-    """A runner with its heartbeat in Postgres; restarts itself after transient failures."""
-    from fennel_dagster.metadata.db import connect
+) -> str | None:
+    """A runner with its heartbeat in Postgres, until ``stop`` or the job leaves the registry.
 
+    Transient failures (Kafka, Postgres, S3, a missing topic) are retried with exponential
+    backoff; the runner recovers from durable state each time. A permanent failure stops the
+    partition: its reason is recorded in the registry (``registry.failures``) and returned.
+    Returns None after a clean stop or a fencing.
+    """
     stop = stop or threading.Event()
-    backoff = 0.5
-    while not stop.is_set():
-        conn = connect(settings, settings.pg_schema, autocommit=True)
-        try:
-            runner = Runner(settings, job, partition, owner)
 
-            def beat(c: Any = conn) -> None:
-                registry.heartbeat_runner(c, job.hash, partition, owner, os.getpid())
-                if not registry.job_exists(c, job.hash):
+    def once() -> None:
+        with connect(settings, settings.pg_schema, autocommit=True) as conn:
+
+            def beat() -> None:
+                registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
+                if not registry.job_exists(conn, job.hash):
                     log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
                     stop.set()
 
             beat()
-            runner.run(stop, beat)
-            return
-        except Fenced:
-            log.warning("%s.p%d: fenced; stopping", job.name, partition)
-            return
-        except Exception:  # noqa: BLE001 - log, back off, recover from durable state
-            log.exception(
-                "%s.p%d: runner failed; restarting in %.1fs", job.name, partition, backoff
-            )
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
-        finally:
-            conn.close()
+            Runner(settings, job, partition, owner).run(stop, beat)
+
+    retrying = Retrying(
+        retry=retry_if_not_exception_type((Fenced, PermanentJobError)),
+        wait=wait_exponential(multiplier=0.5, max=10.0),
+        stop=stop_when_event_set(stop),
+        sleep=stop.wait,
+        before_sleep=lambda state: log.warning(
+            "%s.p%d: runner failed (%s); restarting in %.1fs",
+            job.name,
+            partition,
+            state.outcome.exception() if state.outcome else None,
+            state.next_action.sleep if state.next_action else 0.0,
+        ),  # fmt: skip
+        reraise=True,
+    )
+    try:
+        retrying(once)
+    except Fenced:
+        log.warning("%s.p%d: fenced; stopping", job.name, partition)
+    except PermanentJobError as e:
+        log.error("%s.p%d: stopped for good: %s", job.name, partition, e)
+        with connect(settings, settings.pg_schema, autocommit=True) as conn:
+            registry.record_failure(conn, job.hash, partition, owner, str(e))
+        return str(e)
+    return None

@@ -21,11 +21,10 @@ import uuid
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 
-from fennel_dagster.engine import registry
-from fennel_dagster.engine.jobs.factory import unsupported
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.settings import Settings
 
 log = logging.getLogger("fennel_dagster.engine.supervisor")
@@ -68,22 +67,28 @@ class Supervisor:
 
     # ------------------------------------------------------------------ one poll
 
-    def owned(self, jobs: list[JobRow], engines: list[str]) -> dict[Key, JobRow]:
+    def owned(
+        self, jobs: list[JobRow], engines: list[str], failed: set[Key] | None = None
+    ) -> dict[Key, JobRow]:
+        """The partitions this engine should run: its rendezvous share, less the ones that
+        stopped for good (their reason is in the registry; a new commit replaces the job)."""
         out: dict[Key, JobRow] = {}
         for job in jobs:
-            if not self._runnable(job):
-                continue
             for p in range(job.partitions):
-                if registry.rendezvous_owner(job.hash, p, engines) == self.engine_id:
-                    out[(job.hash, p)] = job
+                if registry.rendezvous_owner(job.hash, p, engines) != self.engine_id:
+                    continue
+                if failed and (job.hash, p) in failed:
+                    self._skip(job, p)
+                    continue
+                out[(job.hash, p)] = job
         return out
 
-    def _runnable(self, job: JobRow) -> bool:
-        reason = unsupported(job.name, job.spec)
-        if reason is not None and job.name not in self.skipped:
-            log.warning("engine %s: not running %s", self.engine_id, reason)
-            self.skipped[job.name] = reason
-        return reason is None
+    def _skip(self, job: JobRow, partition: int) -> None:
+        key = f"{job.name}.p{partition}"
+        if key not in self.skipped:
+            log.warning("engine %s: not running %s: it failed permanently (see job_failures)",
+                        self.engine_id, key)  # fmt: skip
+            self.skipped[key] = job.hash
 
     def poll(self) -> None:
         registry.heartbeat_engine(
@@ -93,7 +98,8 @@ class Supervisor:
         engines = [e.id for e in registry.live_engines(self._conn) if not e.id.startswith("run:")]
         if self.engine_id not in engines:
             engines.append(self.engine_id)
-        want = self.owned(registry.list_jobs(self._conn), engines)
+        failed = set(registry.failures(self._conn))
+        want = self.owned(registry.list_jobs(self._conn), engines, failed)
         for key in [k for k in self.runners if k not in want]:
             self._stop_runner(key)
         for key, job in want.items():

@@ -9,33 +9,37 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.api import (
+    DatasetRef,
+    FeatureRef,
+    LogResult,
+    dataset_name,
+    feature_name,
+    now_for,
+    refuse_no_backfill,
+)
+from fennel_dagster.commit.compiler import terminal_aggregate
+from fennel_dagster.commit.environment import select_env
 from fennel_dagster.declare import commit_spec
-from fennel_dagster.ops import aggregate, index
-from fennel_dagster.ops.expr import evaluate
-from fennel_dagster.ops.pipeline import PipelineExecutor, RowError
-from fennel_dagster.ops.schema import BadRow, check_rows
-from fennel_dagster.ops.state import MemoryState
+from fennel_dagster.errors import ClientError
+from fennel_dagster.ops import index
+from fennel_dagster.ops.pipeline import PipelineExecutor
+from fennel_dagster.ops.schema import check_rows
+from fennel_dagster.ops.source_rules import preprocess, where_mask
+from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.execute import QueryExecutor
+from fennel_dagster.query.lookup import lookup_state
 from fennel_dagster.query.plan import plan_query
-from fennel_dagster.wire import spec
-from fennel_dagster.wire.usercode import load
+from fennel_dagster.wire import plan, spec
 
 
-class MockError(ValueError):
+class MockError(ClientError, ValueError):
     """A request the mock client cannot serve (unknown dataset, bad rows, ...)."""
-
-
-@dataclass
-class LogResult:
-    accepted: int
-    rejected: list[BadRow] = field(default_factory=list)
-    errors: list[RowError] = field(default_factory=list)
 
 
 class MockClient:
@@ -45,7 +49,7 @@ class MockClient:
         self.featuresets: dict[str, spec.FeaturesetSpec] = {}
         self._rows: dict[str, list[pd.DataFrame]] = {}
         self._executors: dict[str, list[PipelineExecutor]] = {}
-        self._terminal: dict[str, tuple[str, spec.AggregateNode]] = {}
+        self._serving: dict[str, plan.AggregateServing] = {}
         self.commits: list[spec.CommitSpec] = []
 
     # ------------------------------------------------------------------ commit
@@ -53,48 +57,70 @@ class MockClient:
     def commit(
         self,
         message: str,
-        datasets: Iterable[Any] = (),
-        featuresets: Iterable[Any] = (),
+        datasets: Iterable[type] = (),
+        featuresets: Iterable[type] = (),
         preview: bool = False,
         incremental: bool = False,
         env: str | None = None,
+        backfill: bool = True,
     ) -> spec.CommitSpec:
-        commit = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
+        """Validate and apply a commit; a new pipeline processes every row its inputs have
+        received so far (as the engine processes its inputs' retained history)."""
+        refuse_no_backfill(backfill)
+        commit = select_env(
+            commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
+        )
         _validate(commit, self.commits[-1] if self.commits else None)
         if preview:
             return commit
         if not incremental:
             self.datasets, self.featuresets = {}, {}
-            self._executors = {}
         for ds in commit.datasets:
             self.datasets[ds.name] = ds
             self._rows.setdefault(ds.name, [])
         for fs in commit.featuresets:
             self.featuresets[fs.name] = fs
+        before = {ex.scope for exs in self._executors.values() for ex in exs}
         self._executors = {}
-        self._terminal = {}
+        self._serving = {}
+        new: list[PipelineExecutor] = []
         for ds in self.datasets.values():
             for p in ds.pipelines:
-                if env is not None and p.env and env not in p.env:
-                    continue
                 ex = PipelineExecutor(p, self.datasets)
                 for name in p.inputs:
                     self._executors.setdefault(name, []).append(ex)
-                last = {n.id: n for n in p.nodes}[p.output]
-                if isinstance(last, spec.AggregateNode) and aggregate.is_continuous(last):
-                    self._terminal[ds.name] = (f"{ds.name}.{p.name}", last)
+                if ex.scope not in before:
+                    new.append(ex)
+            serving = terminal_aggregate(ds)
+            if serving is not None:
+                self._serving[ds.name] = serving
         self.commits.append(commit)
+        for ex in new:
+            self._backfill(ex)
         return commit
+
+    def _backfill(self, ex: PipelineExecutor) -> None:
+        """Rows logged before ``ex`` existed, through ``ex``, in event-time order."""
+        for name in ex.p.inputs:
+            ds = self.datasets.get(name)
+            parts = self._rows.get(name) or []
+            if ds is None or not parts:
+                continue
+            rows = pd.concat(parts, ignore_index=True)
+            rows = rows.sort_values(ds.timestamp, kind="stable").reset_index(drop=True)
+            self._push(ex, name, rows, LogResult(0))
 
     # ------------------------------------------------------------------ write path
 
-    def log(self, target: Any, endpoint_or_df: Any, df: pd.DataFrame | None = None) -> LogResult:
+    def log(
+        self, target: Any, endpoint_or_df: Any, df: pd.DataFrame | None = None
+    ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel, or ``log(Dataset, df)``."""
         if df is None:
             name = getattr(target, "__fennel_dataset_name__", target)
             return self._ingest(self._dataset(name), endpoint_or_df, from_source=True)
         hits = [
-            ds for ds in self.datasets.values() for s in ds.sources
+            (ds, s) for ds in self.datasets.values() for s in ds.sources
             if s.connector.kind == "webhook" and s.connector.name == target
             and dict(s.connector.config).get("endpoint") == endpoint_or_df
         ]  # fmt: skip
@@ -102,7 +128,7 @@ class MockClient:
             raise MockError(
                 f"no committed dataset has a source Webhook(name={target!r}).endpoint({endpoint_or_df!r})"
             )
-        results = [self._ingest(ds, df, from_source=True) for ds in hits]
+        results = [self._ingest(ds, df, from_source=True, sources=[src]) for ds, src in hits]
         return LogResult(sum(r.accepted for r in results), [b for r in results for b in r.rejected])
 
     def _dataset(self, name: str) -> spec.DatasetSpec:
@@ -113,14 +139,18 @@ class MockClient:
         return ds
 
     def _ingest(
-        self, ds: spec.DatasetSpec, df: pd.DataFrame, from_source: bool = False
+        self,
+        ds: spec.DatasetSpec,
+        df: pd.DataFrame,
+        from_source: bool = False,
+        sources: Sequence[spec.SourceSpec] | None = None,
     ) -> LogResult:
         if from_source and ds.pipelines:
             raise MockError(
                 f"dataset {ds.name} is produced by a pipeline; log to its inputs instead"
             )
         if from_source:
-            df = _apply_source_rules(ds, df)
+            df = _apply_source_rules(ds.sources if sources is None else sources, df)
         good, bad = check_rows(ds, df)
         result = LogResult(len(good), bad)
         if from_source and bad:
@@ -131,21 +161,21 @@ class MockClient:
             return result
         self._store(ds, good)
         for ex in self._executors.get(ds.name, []):
-            out = ex.run(ds.name, good, self.state)
-            self.state.apply(out.writes)
-            result.errors.extend(out.errors)
-            if not out.rows.empty:
-                target = self._dataset(ex.p.dataset)
-                down = self._ingest(target, out.rows)
-                result.errors.extend(down.errors)
-                result.rejected.extend(down.rejected)
+            self._push(ex, ds.name, good, result)
         return result
+
+    def _push(self, ex: PipelineExecutor, name: str, rows: pd.DataFrame, result: LogResult) -> None:
+        out = ex.run(name, rows, self.state)
+        self.state.apply(out.writes)
+        result.errors.extend(out.errors)
+        if not out.rows.empty:
+            down = self._ingest(self._dataset(ex.p.dataset), out.rows)
+            result.errors.extend(down.errors)
+            result.rejected.extend(down.rejected)
 
     def _store(self, ds: spec.DatasetSpec, rows: pd.DataFrame) -> None:
         self._rows[ds.name].append(rows)
         if ds.keys:
-            from fennel_dagster.ops.state import WriteBatch
-
             wb = WriteBatch()
             index.upsert(ds, rows, wb)
             self.state.apply(wb)
@@ -162,55 +192,31 @@ class MockClient:
 
     def lookup(
         self,
-        dataset: Any,
+        dataset: DatasetRef,
         keys: pd.DataFrame,
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        name = getattr(dataset, "__fennel_dataset_name__", dataset)
-        ts = (
-            timestamps
-            if timestamps is not None
-            else pd.Series([pd.Timestamp.now(tz="UTC")] * len(keys))
-        )
-        return self._lookup(
-            name, pd.Series(ts).reset_index(drop=True), keys.reset_index(drop=True), fields
-        )
+        keys = keys.reset_index(drop=True)
+        return self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields)
 
     def _lookup(
         self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
     ) -> tuple[pd.DataFrame, pd.Series]:
         ds = self._dataset(name)
-        if not ds.keys:
-            raise MockError(f"dataset {name} has no keys, so it cannot be looked up")
-        if name in self._terminal:
-            scope, node = self._terminal[name]
-            values, found = aggregate.lookup_aggregate(self.state, scope, node, keys, ts)
-            out = keys.reset_index(drop=True).copy()
-            for c in values.columns:
-                out[c] = values[c]
-            out[ds.timestamp] = pd.to_datetime(ts, utc=True).to_numpy()
-            wanted = [f.name for f in ds.fields if fields is None or f.name in fields]
-            return out[wanted], found
-        return index.lookup(self.state, ds, keys, ts, fields)
+        return lookup_state(self.state, ds, self._serving.get(name), keys, ts, fields)
 
     def query(
         self,
-        inputs: list[Any],
-        outputs: list[Any],
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
         input_df: pd.DataFrame,
         timestamps: pd.Series | None = None,
     ) -> pd.DataFrame:
-        ins = [str(i) if not isinstance(i, str) else i for i in inputs]
-        outs = [_name(o) for o in outputs]
-        plan = plan_query(list(self.featuresets.values()), ins, outs)
-        ts = (
-            timestamps
-            if timestamps is not None
-            else pd.Series([pd.Timestamp.now(tz="UTC")] * len(input_df))
-        )
+        ins = [feature_name(i) for i in inputs]
+        qplan = plan_query(list(self.featuresets.values()), ins, [feature_name(o) for o in outputs])
         executor = QueryExecutor(list(self.featuresets.values()), self.datasets, self._lookup)
-        return executor.run(plan, input_df, ts)
+        return executor.run(qplan, input_df, now_for(input_df, timestamps))
 
     def query_offline(
         self, inputs: list[Any], outputs: list[Any], input_df: pd.DataFrame, timestamp_column: str
@@ -223,23 +229,11 @@ class MockClient:
         return out
 
 
-def _name(x: Any) -> str:
-    if isinstance(x, str):
-        return x
-    return str(getattr(x, "__fennel_featureset_name__", None) or x)
-
-
-def _apply_source_rules(ds: spec.DatasetSpec, df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy()
-    for src in ds.sources:
-        for field_name, value in src.preproc:
-            out[field_name] = (
-                evaluate(value, out) if not isinstance(value, spec.Lit) else value.value
-            )
-        if isinstance(src.where, spec.UserCode):
-            out = out[load(src.where)(out).astype(bool).to_numpy()]
-        elif src.where is not None:
-            out = out[evaluate(src.where, out).fillna(False).astype(bool).to_numpy()]
+def _apply_source_rules(sources: Sequence[spec.SourceSpec], df: pd.DataFrame) -> pd.DataFrame:
+    out = df
+    for src in sources:
+        out = preprocess(src, out)
+        out = out[where_mask(src, out).to_numpy()]
     return out.reset_index(drop=True)
 
 

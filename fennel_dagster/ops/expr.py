@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fennel_dagster.errors import ExecutionError
 from fennel_dagster.wire import spec
 
 Series = pd.Series
 
 
-class ExprError(ValueError):
+class ExprError(ExecutionError, ValueError):
     """An expression that cannot be evaluated (unknown function, missing column)."""
 
 

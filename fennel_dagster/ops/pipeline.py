@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
@@ -40,7 +41,7 @@ class BatchResult:
     late: int = 0
 
 
-class PipelineError(RuntimeError):
+class PipelineError(ExecutionError, RuntimeError):
     """A pipeline that cannot run a batch at all (not a bad row: a bad declaration)."""
 
 

@@ -8,13 +8,14 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.declare.lookup import DatasetHandle, LookupProvider, lookups_served_by
+from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
 
 
-class ExtractorError(RuntimeError):
+class ExtractorError(QueryError, RuntimeError):
     """An extractor that raised or returned something other than its declared outputs."""
 
 

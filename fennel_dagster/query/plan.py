@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fennel_dagster.errors import QueryError
 from fennel_dagster.wire import spec
 
 
-class QueryPlanError(ValueError):
+class QueryPlanError(QueryError, ValueError):
     """A query that no sequence of extractors can answer."""
 
 

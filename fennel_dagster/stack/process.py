@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fennel_dagster.errors import StackFailed
 
-class StackError(RuntimeError):
+
+class StackError(StackFailed, RuntimeError):
     """A service of the local stack could not be prepared, started, or reached."""
 
 

@@ -13,16 +13,18 @@ import json
 import typing
 from typing import Any
 
-from fennel_dagster.wire import spec
+from fennel_dagster.errors import WireFailed
+from fennel_dagster.wire import plan, spec
 
 _CLASSES: dict[str, type] = {
     name: obj
-    for name, obj in vars(spec).items()
-    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == spec.__name__
+    for module in (spec, plan)
+    for name, obj in vars(module).items()
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
 }
 
 
-class WireError(ValueError):
+class WireError(WireFailed, ValueError):
     """Bytes that are not a valid encoding of the IR (wrong version, unknown tag, bad shape)."""
 
 
@@ -62,7 +64,7 @@ def from_jsonable(value: Any) -> Any:
 
 
 def encode(value: Any) -> bytes:
-    """Canonical bytes of an IR value (any dataclass of ``wire.spec``)."""
+    """Canonical bytes of an IR value (any dataclass of ``wire.spec`` or ``wire.plan``)."""
     doc = {"wire_version": spec.WIRE_VERSION, "value": to_jsonable(value)}
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 

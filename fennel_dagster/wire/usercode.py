@@ -23,10 +23,11 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fennel_dagster.errors import WireFailed
 from fennel_dagster.wire.spec import UserCode
 
 
-class UserCodeError(ValueError):
+class UserCodeError(WireFailed, ValueError):
     """User code that cannot be captured (no source) or loaded (syntax, missing name)."""
 
 

@@ -9,12 +9,12 @@ import pytest
 from examples.payments import DATASETS, FEATURESETS
 from fennel_dagster import commit_spec
 from fennel_dagster.commit.blueprint import BlueprintSet
-from fennel_dagster.commit.compiler import compile_blueprints
+from fennel_dagster.commit.compiler import compile_blueprints, jobs_of
 from fennel_dagster.commit.errors import CommitRejected
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
-from fennel_dagster.wire import encode, spec
+from fennel_dagster.wire import encode, plan, spec
 from tests.commit_protocol.scenario import graph
 
 OWNER = "team@example.com"
@@ -34,7 +34,7 @@ def names(bs: BlueprintSet, entity: str) -> dict[str, str]:
 
 GOLDEN_TOPICS = {
     "Transaction": "576b3ea58c7488eed2c0a8a290aae6f24b2be478d0e3202609796687963fac2b",
-    "UserSpend": "f6db5ebe8158c5d017282e99df20b8c66093065eb859d5263542e619e0191736",
+    "UserSpend": "73f7a232163970facc78f583af6a0f78ea4dbdc4ef181a6e70916585118ce07b",  # User now via webhook
 }
 
 
@@ -48,17 +48,18 @@ def test_every_dataset_gets_its_topics_jobs_and_tables() -> None:
     bs = blueprints(example())
     us = [b for b in bs.blueprints if b.entity.startswith("UserSpend")]
     kinds = sorted(
-        (b.kind, b.spec_dict().get("role") or b.spec_dict().get("job_kind", "")) for b in us
+        (b.kind, b.spec_dict().get("role") or b.spec_dict().get("kind", "")) for b in us
     )
+    # a terminal continuous aggregate is served from its pipeline job's state: no index job
     assert kinds == [
-        ("job", "index"), ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
-        ("snapshot_prefix", ""), ("topic", "dataset"), ("topic", "error"), ("topic", "repartition"),
-        ("topic", "replaylog"), ("topic", "replaylog"),
+        ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
+        ("topic", "dataset"), ("topic", "error"), ("topic", "repartition"), ("topic", "replaylog"),
     ]  # fmt: skip
-    job = next(b for b in us if b.kind == "job" and b.spec_dict()["job_kind"] == "pipeline")
-    spec_ = job.spec_dict()
-    assert spec_["state"] is True and spec_["partition_by"] == ["uid"]
-    assert spec_["inputs"] == [
+    job = next(j for j in jobs_of(bs) if isinstance(j, plan.PipelineJobSpec)
+               and j.dataset.name == "UserSpend")  # fmt: skip
+    assert job.stateful and job.repartition is not None and job.repartition.keys == ("uid",)
+    assert job.serves is not None and job.serves.scope == "UserSpend.agg"
+    assert [s.topic for s in job.inputs] == [
         b.name
         for b in bs.of_kind("topic")
         if b.entity == "EnrichedTransaction" and b.spec_dict()["role"] == "dataset"

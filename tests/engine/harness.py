@@ -11,9 +11,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fennel_dagster.client import Client
 from fennel_dagster.engine.partitioning import partition_of_record
-from fennel_dagster.engine.registry import JobRow, list_jobs
 from fennel_dagster.engine.runner import Runner
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import JobRow, list_jobs
 from fennel_dagster.ops.rows import dumps, loads
 from fennel_dagster.settings import Settings
 
@@ -22,7 +22,7 @@ def commit(settings: Settings, datasets: list[Any]) -> dict[str, JobRow]:
     with Client(settings) as c:
         c.commit("engine test", datasets=datasets)
     with connect(settings, settings.pg_schema) as conn:
-        return {j.spec["job_kind"] + ":" + j.spec["dataset"]["name"]: j for j in list_jobs(conn)}
+        return {f"{j.kind}:{j.spec.dataset.name}": j for j in list_jobs(conn)}
 
 
 def produce_raw(settings: Settings, topic: str, payloads: list[bytes], partitions: int = 4) -> None:

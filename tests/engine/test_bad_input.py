@@ -91,7 +91,7 @@ def test_bad_rows_go_to_the_error_topic_and_good_rows_are_processed(
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    out_topic, err_topic = src.spec["outputs"][0], src.spec["error_topic"]
+    out_topic, err_topic = src.spec.output_topic, src.spec.error_topic
     try:
         wait_for(lambda: runner.stats.messages >= len(payloads) or bool(failures), 120, "ingest")
     finally:

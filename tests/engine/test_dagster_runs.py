@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from fennel_dagster.client import Client
-from fennel_dagster.engine import registry
+from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
@@ -67,8 +67,8 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
     create_topic(s, f"{s.namespace}.raw", 1)
     datasets = repo.graph(f"{s.namespace}.raw")
     jobs = commit(s, datasets)
-    pipe, idx = jobs["pipeline:Spend"], jobs["index:Spend"]
-    out_topic = pipe.spec["outputs"][0]
+    pipe = jobs["pipeline:Spend"]
+    out_topic = pipe.spec.output_topic
     want = {(j.hash, 0) for j in jobs.values()}
     t_commit = time.monotonic()
 
@@ -79,13 +79,13 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
     wait_for(all_beating, 240, "a live run per job partition")
     started_s = time.monotonic() - t_commit
     ev = in_order_events(600)
-    produce_rows(s, pipe.spec["inputs"][0], to_records(ev.iloc[:300]), partitions=1)
+    produce_rows(s, pipe.spec.inputs[0].topic, to_records(ev.iloc[:300]), partitions=1)
     wait_for(lambda: len(read_topic(s, out_topic, 1, timeout=5)) >= 300, 120, "first outputs")
 
     old_owner = beats(s)[(pipe.hash, 0)][0]
     os.kill(pid_of(s, pipe.hash), signal.SIGKILL)
     t_kill = time.monotonic()
-    produce_rows(s, pipe.spec["inputs"][0], to_records(ev.iloc[300:]), partitions=1)
+    produce_rows(s, pipe.spec.inputs[0].topic, to_records(ev.iloc[300:]), partitions=1)
 
     def relaunched() -> bool:
         owner, age = beats(s)[(pipe.hash, 0)]
@@ -111,7 +111,7 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
     # removing Spend removes its jobs: their runs stop and stop heartbeating
     with Client(s) as c:
         c.commit("drop Spend", datasets=repo.graph(f"{s.namespace}.raw", spend_deleted=True))
-    gone = {pipe.hash, idx.hash}
+    gone = {j.hash for name, j in jobs.items() if name.endswith(":Spend")}
 
     def stopped() -> bool:
         b = beats(s)

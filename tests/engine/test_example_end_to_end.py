@@ -70,7 +70,8 @@ def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
     t.start()
     try:
         with Client(s) as client:
-            assert client.log("ops_webhook", "merchants", ev.merchants) == 8
+            assert client.log("ops_webhook", "merchants", ev.merchants).accepted == 8
+            assert client.log("ops_webhook", "users", ev.users).accepted == 15
             mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
             later = pd.Series([ev.transactions.ts.max()] * len(mids))
 
@@ -97,6 +98,8 @@ def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
 
             wait_for(all_counted, 300, "every transaction aggregated")
             got, found = client.lookup("UserSpend", uids, timestamps=end)
+            feats = client.query(["UserFeatures.uid"], ["UserFeatures"],
+                                 uids.rename(columns={"uid": "UserFeatures.uid"}), end)  # fmt: skip
     finally:
         sup.stop()
         t.join(120)
@@ -104,8 +107,13 @@ def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
     mock = MockClient()
     mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
     mock.log("ops_webhook", "merchants", ev.merchants)
+    mock.log("ops_webhook", "users", ev.users)
     mock.log("Transaction", ev.transactions)
     want, want_found = mock.lookup("UserSpend", uids, end)
+    # one serving path: the same extractors and lookups give the same features on both
+    want_feats = mock.query(["UserFeatures.uid"], ["UserFeatures"],
+                            uids.rename(columns={"uid": "UserFeatures.uid"}), end)  # fmt: skip
+    pd.testing.assert_frame_equal(feats, want_feats, check_dtype=False)
     assert found.tolist() == want_found.tolist()
     cols = ["uid", "txns_1h", "txns_forever", "web_txns_7d", "recent_merchants", "categories_7d"]
     assert to_records(got[cols]) == to_records(want[cols])

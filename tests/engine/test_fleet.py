@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from fennel_dagster.client import Client
-from fennel_dagster.engine.registry import rendezvous_owner
 from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.metadata.registry import rendezvous_owner
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
@@ -45,22 +45,22 @@ def test_a_second_engine_takes_over_and_exactly_once_holds_through_the_rebalance
     create_topic(s, f"{s.namespace}.raw")
     jobs = commit(s, datasets)
     pipe = jobs["pipeline:Spend"]
-    out_topic = pipe.spec["outputs"][0]
+    out_topic = pipe.spec.output_topic
     ev = in_order_events(1500)
     a, ta = start(s, "engine-a")
     b = tb = None
     try:
-        produce_rows(s, pipe.spec["inputs"][0], to_records(ev.iloc[:500]), by="uid")
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(ev.iloc[:500]), by="uid")
         wait_for(lambda: len(read_topic(s, out_topic, 4, timeout=5)) >= 500, 90, "wave 1")
         b, tb = start(s, "engine-b")
         wait_for(lambda: len(b.runners) > 0, 30, "engine b to own partitions")
         assert len(a.runners) > 0, "both engines should share the partitions"
-        produce_rows(s, pipe.spec["inputs"][0], to_records(ev.iloc[500:1000]), by="uid")
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(ev.iloc[500:1000]), by="uid")
         a.stop()  # the first engine leaves: b takes everything
         ta.join(120)
         wanted = sum(j.partitions for j in jobs.values())
         wait_for(lambda: len(b.runners) == wanted, 30, "engine b to own every partition")
-        produce_rows(s, pipe.spec["inputs"][0], to_records(ev.iloc[1000:]), by="uid")
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(ev.iloc[1000:]), by="uid")
         wait_for(lambda: len(read_topic(s, out_topic, 4, timeout=5)) >= 1500, 120, "all outputs")
         mock = mock_run(datasets, ev)
         got = [r for _, _, r in read_topic(s, out_topic, 4)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fennel_dagster.engine.keepalive import DEAD_AFTER_S, STARTUP_GRACE_S, LiveRun, plan
-from fennel_dagster.engine.registry import JobRow
+from fennel_dagster.metadata.registry import JobRow
 
 JOB = JobRow("h1", "ns.job.A.agg", "pipeline", 2, {})
 

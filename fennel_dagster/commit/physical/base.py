@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fennel_dagster.commit.blueprint import Blueprint
+from fennel_dagster.errors import CommitError
 from fennel_dagster.settings import Settings
 
 T = TypeVar("T")
 
 
-class AssetStoreError(RuntimeError):
+class AssetStoreError(CommitError, RuntimeError):
     """A physical operation that kept failing after its retries."""
 
 

@@ -13,13 +13,6 @@ from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.rows import dumps, from_records, loads, to_records
 from fennel_dagster.ops.schema import check_rows
 from fennel_dagster.wire import spec
-from fennel_dagster.wire.codec import from_jsonable
-
-
-def dataset_of(raw: Any) -> spec.DatasetSpec:
-    ds = from_jsonable(raw)
-    assert isinstance(ds, spec.DatasetSpec), f"expected a DatasetSpec, got {type(ds).__name__}"
-    return ds
 
 
 def decode_rows(

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fennel_dagster.engine.jobs.common import dataset_of, decode_rows
+from fennel_dagster.engine.jobs.common import decode_rows
 from fennel_dagster.engine.messages import InMessage, Iteration
 from fennel_dagster.ops import index
 from fennel_dagster.ops.state import StateReader, WriteBatch
+from fennel_dagster.wire import plan
 
 
 class IndexJob:
     stateful = True
 
-    def __init__(self, name: str, spec: dict[str, Any]) -> None:
-        self.name = name
-        self.spec = spec
-        self.dataset = dataset_of(spec["dataset"])
-        self.topic = spec["inputs"][0]
+    def __init__(self, job: plan.IndexJobSpec) -> None:
+        self.name = job.name
+        self.dataset = job.dataset
+        self.topic = job.input_topic
 
     def input_partitions(self, partition: int) -> list[tuple[str, int]]:
         return [(self.topic, partition)]

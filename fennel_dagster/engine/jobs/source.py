@@ -17,19 +17,15 @@ from typing import Any
 
 import pandas as pd
 
-from fennel_dagster.engine.jobs.common import dataset_of
-from fennel_dagster.engine.jobs.factory import external_topic
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, OutRecord
 from fennel_dagster.engine.partitioning import partition_of_record
-from fennel_dagster.ops.expr import evaluate
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.keys import micros
 from fennel_dagster.ops.rows import dumps, json_value
 from fennel_dagster.ops.schema import _check
+from fennel_dagster.ops.source_rules import preprocess, where_function, where_mask
 from fennel_dagster.ops.state import StateReader, WriteBatch
-from fennel_dagster.wire import spec
-from fennel_dagster.wire.codec import from_jsonable
-from fennel_dagster.wire.usercode import load
+from fennel_dagster.wire import plan, spec
 
 MAX_MESSAGE_BYTES = 1_000_000
 _WATERMARK = b"watermark"
@@ -38,18 +34,16 @@ _WATERMARK = b"watermark"
 class SourceJob:
     stateful = True
 
-    def __init__(self, name: str, job: dict[str, Any], external_partitions: int) -> None:
-        self.name = name
-        self.source: spec.SourceSpec = from_jsonable(job["external"])
-        self.dataset = dataset_of(job["dataset"])
-        self.topic = external_topic(job)
-        self.partitions = int(job["partitions"])
+    def __init__(self, job: plan.SourceJobSpec, external_partitions: int) -> None:
+        self.name = job.name
+        self.source = job.source
+        self.dataset = job.dataset
+        self.topic = job.external_topic
+        self.partitions = job.partitions
         self.external_partitions = external_partitions
-        self.output = job["outputs"][0]
-        self.namespace = f"source:{name}"
-        self.where = (
-            load(self.source.where) if isinstance(self.source.where, spec.UserCode) else None
-        )
+        self.output = job.output_topic
+        self.namespace = f"source:{job.name}"
+        self.where = where_function(self.source)
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
         self._ts_fields = [
@@ -160,10 +154,8 @@ class SourceJob:
         """preproc + where, as the mock client applies them (vectorised over the batch)."""
         if not rows or (not self.source.preproc and self.source.where is None):
             return rows
-        df = pd.DataFrame([r for r, _, _ in rows])
         try:
-            for name, value in self.source.preproc:
-                df[name] = value.value if isinstance(value, spec.Lit) else evaluate(value, df)
+            df = preprocess(self.source, pd.DataFrame([r for r, _, _ in rows]))
         except Exception as e:  # noqa: BLE001 - a bad preproc must not stop the stream
             for r, m, _ in rows:
                 it.errors.append(self._error(m, "preproc", f"preproc failed: {e}", r))
@@ -179,18 +171,15 @@ class SourceJob:
     def _where(
         self, df: pd.DataFrame, rows: list[tuple[dict[str, Any], InMessage, bool]], it: Iteration
     ) -> list[bool]:
-        if self.source.where is None:
-            return [True] * len(df)
-        if self.where is None:
-            mask = pd.Series(evaluate(self.source.where, df))  # type: ignore[arg-type]
-            return [bool(x) for x in mask.fillna(False).astype(bool).tolist()]
         try:
-            return [bool(x) for x in pd.Series(self.where(df)).astype(bool).tolist()]
+            return [bool(x) for x in where_mask(self.source, df, self.where).tolist()]
         except Exception:  # noqa: BLE001 - user code: find the rows that raise, one by one
+            if self.where is None:
+                raise
             keep = []
             for i, (r, m, _) in enumerate(rows):
                 try:
-                    keep.append(bool(pd.Series(self.where(df.iloc[[i]])).astype(bool).iloc[0]))
+                    keep.append(bool(where_mask(self.source, df.iloc[[i]], self.where).iloc[0]))
                 except Exception as e:  # noqa: BLE001
                     keep.append(False)
                     it.errors.append(self._error(m, "user-code", (

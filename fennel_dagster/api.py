@@ -1,0 +1,99 @@
+"""The client interface that ``Client`` (the platform) and ``MockClient`` (one process) share.
+
+Code written against ``FeatureClient`` runs unchanged on either: the same method names,
+parameters and return types. What differs is where the work happens: the mock runs the
+operators and answers lookups in process; the platform client ships commits to the
+definition server, rows to Kafka, and lookups to the engines that own the keys. Both
+answer lookups and queries through one implementation (``query.lookup``, ``query.execute``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import pandas as pd
+
+from fennel_dagster.errors import ClientError
+from fennel_dagster.ops.pipeline import RowError
+from fennel_dagster.ops.schema import BadRow
+
+DatasetRef = str | type  # a dataset class, or its name
+FeatureRef = str | type  # "Featureset.feature", a featureset class (all its features), or a name
+
+
+@dataclass
+class LogResult:
+    """What ``log`` did: rows accepted, and the rows rejected on the way in.
+
+    The mock checks rows while logging, so ``rejected``/``errors`` are complete when it
+    returns; the platform checks them in the source job, which writes rejects to the
+    dataset's error topic, so there both lists are empty and ``accepted`` counts rows sent.
+    """
+
+    accepted: int
+    rejected: list[BadRow] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+
+
+class BackfillUnsupported(ClientError, ValueError):
+    """``backfill=False``: new pipelines always process their inputs' retained history."""
+
+
+def refuse_no_backfill(backfill: bool) -> None:
+    if not backfill:
+        raise BackfillUnsupported(
+            "commit(backfill=False) is not supported: a new pipeline processes the full "
+            "retained history of its inputs (on the mock: every row logged so far); commit "
+            "with backfill=True (the default)"
+        )
+
+
+@runtime_checkable
+class FeatureClient(Protocol):
+    def commit(
+        self,
+        message: str,
+        datasets: Iterable[type] = (),
+        featuresets: Iterable[type] = (),
+        preview: bool = False,
+        incremental: bool = False,
+        env: str | None = None,
+        backfill: bool = True,
+    ) -> object: ...
+
+    def log(self, webhook: str, endpoint: str, df: pd.DataFrame, /) -> LogResult: ...
+
+    def lookup(
+        self,
+        dataset: DatasetRef,
+        keys: pd.DataFrame,
+        timestamps: pd.Series | None = None,
+        fields: list[str] | None = None,
+    ) -> tuple[pd.DataFrame, pd.Series]: ...
+
+    def query(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        input_df: pd.DataFrame,
+        timestamps: pd.Series | None = None,
+    ) -> pd.DataFrame: ...
+
+
+def dataset_name(dataset: DatasetRef) -> str:
+    return str(getattr(dataset, "__fennel_dataset_name__", dataset))
+
+
+def feature_name(x: FeatureRef) -> str:
+    if isinstance(x, str):
+        return x
+    return str(getattr(x, "__fennel_featureset_name__", None) or x)
+
+
+def now_for(keys: pd.DataFrame, timestamps: pd.Series | None) -> pd.Series:
+    """Lookup timestamps: the given ones (as UTC), or now for every key."""
+    if timestamps is None:
+        return pd.Series([pd.Timestamp.now(tz="UTC")] * len(keys))
+    return pd.to_datetime(pd.Series(timestamps), utc=True).reset_index(drop=True)

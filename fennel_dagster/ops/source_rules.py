@@ -1,0 +1,41 @@
+"""A source's ``preproc`` and ``where``: the one implementation the source job and the mock
+client both apply to incoming rows, before the dataset's schema check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from fennel_dagster.ops.expr import evaluate
+from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import load
+
+WhereFn = Callable[[pd.DataFrame], object]
+
+
+def preprocess(src: spec.SourceSpec, df: pd.DataFrame) -> pd.DataFrame:
+    """``preproc``: each field set to a literal or to an expression over the raw columns."""
+    out = df.copy()
+    for name, value in src.preproc:
+        out[name] = value.value if isinstance(value, spec.Lit) else evaluate(value, out)
+    return out
+
+
+def where_function(src: spec.SourceSpec) -> WhereFn | None:
+    """The loaded user function of a ``where=`` given as code (None: none, or an expression)."""
+    if isinstance(src.where, spec.UserCode):
+        fn: WhereFn = load(src.where)
+        return fn
+    return None
+
+
+def where_mask(src: spec.SourceSpec, df: pd.DataFrame, fn: WhereFn | None = None) -> pd.Series:
+    """Which rows ``where=`` keeps (all when there is none); ``fn`` from ``where_function``."""
+    if src.where is None:
+        return pd.Series([True] * len(df), index=df.index, dtype=bool)
+    if isinstance(src.where, spec.UserCode):
+        fn = fn or where_function(src)
+        assert fn is not None
+        return pd.Series(fn(df), index=df.index).astype(bool)
+    return pd.Series(evaluate(src.where, df), index=df.index).fillna(False).astype(bool)

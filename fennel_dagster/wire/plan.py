@@ -1,0 +1,137 @@
+"""The compiled plan: the typed contract between the compiler and every executor.
+
+``commit.compiler`` is the only producer. The asset bank stores each job's spec in the job
+registry (encoded by ``wire.codec``), and the engine, lookups, the client, the mock, the
+Dagster glue and (later) Spark read these types back through ``metadata.registry``. Nobody
+re-derives a topic name, re-parses a dict or asks "which job serves this dataset?" twice:
+the answer is a field here.
+
+Job kinds, one dataclass each:
+- ``SourceJobSpec``: a user's Kafka topic (or a webhook inbox) -> a dataset's topic;
+- ``PipelineJobSpec``: a pipeline's operators, as one stage or two around a repartition
+  topic (``Repartition``: the cut, its keys and the schema crossing it, precomputed);
+- ``IndexJobSpec``: a keyed dataset's topic -> its as-of index.
+A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
+dataset, chosen by the compiler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias
+
+from fennel_dagster.wire.spec import (
+    AggregateNode,
+    DatasetSpec,
+    FieldSpec,
+    PipelineSpec,
+    SourceSpec,
+)
+
+JobKind = Literal["source", "pipeline", "index"]
+
+
+@dataclass(frozen=True)
+class DatasetStream:
+    """A dataset's topic as a job reads it: the rows on it are typed by ``dataset``."""
+
+    dataset: DatasetSpec
+    topic: str
+
+
+@dataclass(frozen=True)
+class WebhookInbox:
+    """Rows logged to ``Webhook(name=webhook).endpoint(endpoint)`` land on ``topic``."""
+
+    webhook: str
+    endpoint: str
+    topic: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class SourceJobSpec:
+    KIND: ClassVar[JobKind] = "source"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    source: SourceSpec
+    output_topic: str
+    error_topic: str
+    replaylog: str
+    external_topic: str  # the user's Kafka topic, or the webhook inbox topic
+    webhook: WebhookInbox | None = None
+
+
+@dataclass(frozen=True)
+class Repartition:
+    """Stage 1 runs the DAG up to ``cut`` and writes its rows to ``topic`` keyed by ``keys``;
+    stage 2 reads them (typed by ``schema``) and runs the rest from ``cut``."""
+
+    topic: str
+    keys: tuple[str, ...]
+    cut: str
+    schema: tuple[FieldSpec, ...]
+
+
+@dataclass(frozen=True)
+class AggregateServing:
+    """Lookups of the job's dataset assemble this continuous aggregate's windows from the
+    job's state at the lookup's timestamp (so a 7-day sum decays between events)."""
+
+    scope: str  # the state namespace scope: "<dataset>.<pipeline>"
+    node: AggregateNode
+
+
+@dataclass(frozen=True)
+class PipelineJobSpec:
+    KIND: ClassVar[JobKind] = "pipeline"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec  # the dataset the pipeline writes
+    pipeline: PipelineSpec
+    inputs: tuple[DatasetStream, ...]  # streamed inputs, partition p of each
+    lookups: tuple[DatasetStream, ...]  # joined datasets, every partition (broadcast)
+    output_topic: str
+    error_topic: str
+    replaylog: str
+    stateful: bool
+    repartition: Repartition | None = None
+    serves: AggregateServing | None = None
+
+
+@dataclass(frozen=True)
+class IndexJobSpec:
+    KIND: ClassVar[JobKind] = "index"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    input_topic: str
+    error_topic: str
+    replaylog: str
+
+
+JobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec
+JOB_SPECS: tuple[type[JobSpec], ...] = (SourceJobSpec, PipelineJobSpec, IndexJobSpec)
+
+
+def serves_dataset(job: JobSpec) -> str | None:
+    """The dataset whose lookups this job answers (None: it answers none)."""
+    if isinstance(job, IndexJobSpec):
+        return job.dataset.name
+    if isinstance(job, PipelineJobSpec) and job.serves is not None:
+        return job.dataset.name
+    return None
+
+
+def read_topics(job: JobSpec) -> tuple[str, ...]:
+    """Every topic the job consumes (for lag and health reports)."""
+    if isinstance(job, SourceJobSpec):
+        return (job.external_topic,)
+    if isinstance(job, IndexJobSpec):
+        return (job.input_topic,)
+    own = (job.repartition.topic,) if job.repartition is not None else ()
+    return tuple(s.topic for s in (*job.inputs, *job.lookups)) + own
