@@ -1,0 +1,205 @@
+"""Value formats of a continuous aggregate's state: raw event entries and tiles.
+
+Raw event value: ``<B q Q`` (format 1, time, sequence), then per field (sorted) a tag byte
+(0 null, 1 int64, 2 float64) and 8 bytes, little-endian; an event with any other value (a
+string, a bool, an int beyond int64, a list...) is stored as its canonical JSON record
+instead (which starts with ``{``). Tile value: ``<B q q`` (format 1, tile index, rows), then
+per tiled column (sorted) ``<q q i i Q q Q q B 8s B 8s``: non-null count, float count,
+exponents of the sum and of the sum of squares, their mantissas as 128-bit two's complement
+(low, high), min and max (tag and 8 bytes as above); a tile whose numbers do not fit is
+stored as JSON ``{"n": rows, "v": {column: [c, fc, sn, se, qn, qe, mn, mx]}}``. Both fixed
+widths are decoded for a whole batch at once (``np.frombuffer``). Canonical: the same
+events give the same bytes whatever the batching (sums canonical, min/max float iff fc).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from fennel_dagster.ops.aggregate.layout import Layout
+from fennel_dagster.ops.aggregate.stats import (
+    EXACT_FLOAT,
+    Table,
+    extremes,
+    stats_from_lists,
+)
+from fennel_dagster.ops.rows import dumps, loads
+
+_TILE = struct.Struct(">QQ")
+_FLIP = 1 << 63
+_ENTRY = struct.Struct(">QQ")
+_I64_LO, _I64_HI = -(1 << 63), 1 << 63
+_I128 = 1 << 127
+
+
+_F64 = struct.Struct("<d")
+_Q = struct.Struct("<q")
+
+
+def entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
+    """``entry_key`` with the key's prefix computed once."""
+    return prefix + _ENTRY.pack(ts_us + _FLIP, seq)
+
+
+def tile_key(prefix: bytes, size: int, idx: int) -> bytes:
+    return prefix + _TILE.pack(size, idx + _FLIP)
+
+
+def raw_dtype(ncols: int) -> np.dtype:
+    f: list[tuple[str, str]] = [("v", "u1"), ("ts", "<i8"), ("seq", "<u8")]
+    for i in range(ncols):
+        f += [(f"t{i}", "u1"), (f"x{i}", "<i8")]
+    return np.dtype(f)
+
+
+def _tile_dtype(ncols: int) -> np.dtype:
+    f: list[tuple[str, str]] = [("v", "u1"), ("idx", "<i8"), ("n", "<i8")]
+    for i in range(ncols):
+        f += [(f"c{i}", "<i8"), (f"fc{i}", "<i8"), (f"se{i}", "<i4"), (f"qe{i}", "<i4"),
+              (f"sl{i}", "<u8"), (f"sh{i}", "<i8"), (f"ql{i}", "<u8"), (f"qh{i}", "<i8"),
+              (f"nt{i}", "u1"), (f"mn{i}", "<i8"), (f"xt{i}", "u1"), (f"mx{i}", "<i8")]  # fmt: skip
+    return np.dtype(f)
+
+
+def tag_of(v: Any) -> int:
+    """Binary tag of a JSON-safe value: 0 null, 1 int64, 2 float, 3 anything else."""
+    if v is None:
+        return 0
+    t = type(v)
+    if t is float:
+        return 2
+    if t is int and _I64_LO <= v < _I64_HI:
+        return 1
+    return 3
+
+
+def bits_of(v: Any, tag: int) -> int:
+    if tag == 1:
+        return int(v)
+    if tag == 2:
+        return int(_Q.unpack(_F64.pack(v))[0])
+    return 0
+
+
+def encode_tile(idx: int, n: int, stats: list[list[Any]], names: list[str]) -> bytes:
+    parts: list[Any] = [1, idx, n]
+    fmt = ["<Bqq"]
+    for c, fc, sn, se, qn, qe, mn, mx in stats:
+        tn, tx = tag_of(mn), tag_of(mx)
+        if (
+            not -_I128 <= sn < _I128 or not -_I128 <= qn < _I128 or tn == 3 or tx == 3
+            or not -(1 << 31) <= se < 1 << 31 or not -(1 << 31) <= qe < 1 << 31
+        ):  # fmt: skip
+            return dumps({"n": n, "v": dict(zip(names, stats, strict=True))})
+        fmt.append("qqiiQqQqBqBq")
+        m64 = (1 << 64) - 1
+        parts += [c, fc, se, qe, sn & m64, sn >> 64, qn & m64, qn >> 64,
+                  tn, bits_of(mn, tn), tx, bits_of(mx, tx)]  # fmt: skip
+    return struct.pack("".join(fmt), *parts)
+
+
+def event_cols(tag: np.ndarray, bits: np.ndarray, squares: bool) -> dict[str, np.ndarray] | None:
+    """Partial aggregates of single events from their binary values (None: needs the slow
+    path, a value that is not an int64 or a float)."""
+    if (tag == 3).any():
+        return None
+    isint, isf = tag == 1, tag == 2
+    f = np.where(isf, bits.view(np.float64), 0.0)
+    if np.isinf(f).any():
+        raise ValueError("sum/avg/stddev of an infinite value")
+    m, e = np.frexp(f)
+    sn = np.where(isint, bits, (m * float(EXACT_FLOAT)).astype(np.int64))
+    se = np.where(isint, 0, e.astype(np.int64) - 53)
+    out = {"c": (tag != 0).astype(np.int64), "fc": isf.astype(np.int64), "sn": sn, "se": se}
+    if squares:
+        obj = sn.astype(object)
+        out["qn"], out["qe"] = obj * obj, 2 * se
+    else:
+        out["qn"], out["qe"] = np.zeros(len(tag), np.int64), 2 * se
+    if (isint & ((bits > EXACT_FLOAT) | (bits < -EXACT_FLOAT))).any():
+        vals: list[int | float | None] = [
+            None if t == 0 else int(b) for t, b in zip(tag.tolist(), bits.tolist(), strict=True)
+        ]
+        vals = [
+            v if t != 2 else float(x)
+            for v, t, x in zip(vals, tag.tolist(), f.tolist(), strict=True)
+        ]
+        out["mn"], out["mx"] = extremes(vals)
+    else:
+        val = np.where(isf, f, bits.astype(np.float64))
+        out["mn"] = np.where(tag == 0, np.inf, val)
+        out["mx"] = np.where(tag == 0, -np.inf, val)
+    return out
+
+
+def decode_tiles(
+    lay: Layout, kid: np.ndarray, items: list[tuple[bytes, bytes]] | list[bytes]
+) -> Table:
+    names = sorted(lay.cols)
+    dt = _tile_dtype(len(names))
+    vals = [it if isinstance(it, bytes) else it[1] for it in items]
+    m = len(vals)
+    if not (m and all(len(v) == dt.itemsize and v[0] == 1 for v in vals)):
+        return _decode_tiles_slow(lay, kid, items, names, dt)
+    arr = np.frombuffer(b"".join(vals), dtype=dt)
+    cols: dict[str, dict[str, np.ndarray]] = {}
+    for j, c in enumerate(names):
+        st = {"c": arr[f"c{j}"].astype(np.int64), "fc": arr[f"fc{j}"].astype(np.int64)}
+        for s, e, lo, hi in (("sn", "se", "sl", "sh"), ("qn", "qe", "ql", "qh")):
+            low, high = arr[f"{lo}{j}"], arr[f"{hi}{j}"].astype(np.int64)
+            signed = low.astype(np.int64)
+            if (high == (signed >> 63)).all():
+                st[s] = signed
+            else:
+                st[s] = high.astype(object) * (1 << 64) + low.astype(object)
+            st[e] = arr[f"{e}{j}"].astype(np.int64)
+        for key, t, x, fill in (("mn", "nt", "mn", np.inf), ("mx", "xt", "mx", -np.inf)):
+            tag = arr[f"{t}{j}"]
+            bits = arr[f"{x}{j}"].astype(np.int64)
+            isint = tag == 1
+            if (isint & ((bits > EXACT_FLOAT) | (bits < -EXACT_FLOAT))).any():
+                vals2 = [None if a == 0 else int(b) if a == 1 else _F64.unpack(_Q.pack(b))[0]
+                         for a, b in zip(tag.tolist(), bits.tolist(), strict=True)]  # fmt: skip
+                st[key] = extremes(vals2)[0 if key == "mn" else 1]
+            else:
+                val = np.where(isint, bits.astype(np.float64), bits.view(np.float64))
+                st[key] = np.where(tag == 0, fill, val)
+        cols[c] = st
+    return Table(kid, arr["idx"].astype(np.int64), arr["n"].astype(np.int64), cols)
+
+
+def _decode_tiles_slow(
+    lay: Layout, kid: np.ndarray, items: Any, names: list[str], dt: np.dtype
+) -> Table:
+    idx: list[int] = []
+    rows: list[int] = []
+    per: dict[str, list[list[Any]]] = {c: [] for c in names}
+    empty = [0, 0, 0, 0, 0, 0, None, None]
+    for k, v in items:
+        i0 = _TILE.unpack(k[-_TILE.size :])[1] - _FLIP
+        if v[:1] == b"{":
+            d = loads(v)
+            idx.append(i0)
+            rows.append(d["n"])
+            for c in names:
+                per[c].append(d["v"].get(c, empty))
+            continue
+        a = np.frombuffer(v, dtype=dt)[0]
+        idx.append(int(a["idx"]))
+        rows.append(int(a["n"]))
+        for j, c in enumerate(names):
+
+            def num(lo: str, hi: str, j: int = j, a: Any = a) -> int:
+                return (int(a[f"{hi}{j}"]) << 64) + int(a[f"{lo}{j}"])
+
+            def ext(t: str, x: str, j: int = j, a: Any = a) -> Any:
+                tag, b = int(a[f"{t}{j}"]), int(a[f"{x}{j}"])
+                return None if tag == 0 else b if tag == 1 else _F64.unpack(_Q.pack(b))[0]
+
+            per[c].append([int(a[f"c{j}"]), int(a[f"fc{j}"]), num("sl", "sh"), int(a[f"se{j}"]),
+                           num("ql", "qh"), int(a[f"qe{j}"]), ext("nt", "mn"), ext("xt", "mx")])  # fmt: skip
+    cols = {c: stats_from_lists(per[c]) for c in names}
+    return Table(kid, np.array(idx, np.int64), np.array(rows, np.int64), cols)

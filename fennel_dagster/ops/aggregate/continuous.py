@@ -1,0 +1,320 @@
+"""Continuous and ``forever`` windows: record a batch's events and tile updates, and every
+aggregation at each (key, time) query, assembled from raw edge events and whole tiles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fennel_dagster.ops import tiles
+from fennel_dagster.ops.aggregate.codec import (
+    bits_of,
+    decode_tiles,
+    encode_tile,
+    entry,
+    raw_dtype,
+    tag_of,
+    tile_key,
+)
+from fennel_dagster.ops.aggregate.events import Events, key_tuples, namespace, tiles_namespace
+from fennel_dagster.ops.aggregate.layout import Layout, lows, of_columns, wkey
+from fennel_dagster.ops.aggregate.stats import (
+    Source,
+    Table,
+    align,
+    common_scale,
+    merge_tiles,
+    sorted_table,
+)
+from fennel_dagster.ops.aggregate.values import aggregate_values, finish
+from fennel_dagster.ops.keys import key_prefix
+from fennel_dagster.ops.rows import content_seq, dumps, json_value
+from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
+from fennel_dagster.wire import spec
+
+
+def _compute(
+    lay: Layout,
+    reader: StateReader,
+    ns: str,
+    keys: Sequence[tuple[Any, ...]],
+    hi_us: np.ndarray,
+    new: list[dict[str, Any]] | None = None,
+    wb: WriteBatch | None = None,
+) -> dict[str, list[Any]]:
+    """Every aggregation at each (key, time) query; with ``new`` (one record per query, the
+    batch's events), records them first. Per key a few range scans; then everything (binary
+    decoding, tile updates, window values) at once with numpy over the batch."""
+    n = len(keys)
+    ids: dict[tuple[Any, ...], int] = {}
+    kid = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    order = np.argsort(kid, kind="stable")
+    qk, hi = kid[order], hi_us[order].astype(np.int64)
+    plans = {w: tiles.plan(lv, lows(w, hi), hi) for w, lv in lay.windows.items()}
+    raw_lows = [lows(wkey(a.window), hi) for a in lay.raw]
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, hi + 1)]  # instants of new events
+    raw_bounds += [(lo, hi + 1) for lo in raw_lows]
+    tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes
+    }
+    for p in plans.values():
+        raw_bounds += [(p.la, p.lb), (p.ra, p.rb)]
+        for size, l0, l1, r0, r1 in p.tiles:
+            tile_bounds[size] += [(l0, l1), (r0, r1)]
+    raw_lo = np.stack([a for a, _ in raw_bounds])
+    raw_hi = np.stack([b for _, b in raw_bounds])
+    tile_lo = {s: np.stack([a for a, _ in bs]) for s, bs in tile_bounds.items() if bs}
+    tile_hi = {s: np.stack([b for _, b in bs]) for s, bs in tile_bounds.items() if bs}
+    starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], n]
+    by_id = list(ids)
+    prefixes = [key_prefix(k) for k in by_id]
+    tns = ns + ":tiles"
+    raw_items: list[tuple[bytes, bytes]] = []
+    raw_counts: list[int] = []
+    tile_items: dict[int, list[tuple[bytes, bytes]]] = {s: [] for s in lay.sizes}
+    tile_counts: dict[int, list[int]] = {s: [] for s in lay.sizes}
+    group_keys = qk[starts].tolist()
+    scan = reader.scan
+    for k, s0, e0 in zip(group_keys, starts.tolist(), ends.tolist(), strict=True):
+        prefix = prefixes[k]
+        before = len(raw_items)
+        for a, b in tiles.merge_intervals(raw_lo[:, s0:e0].ravel(), raw_hi[:, s0:e0].ravel()):
+            raw_items += scan(ns, entry(prefix, a, 0), entry(prefix, b, 0))
+        raw_counts.append(len(raw_items) - before)
+        for size in tile_lo:
+            got = tile_items[size]
+            before = len(got)
+            for a, b in tiles.merge_intervals(
+                tile_lo[size][:, s0:e0].ravel(), tile_hi[size][:, s0:e0].ravel()
+            ):
+                got += scan(tns, tile_key(prefix, size, a), tile_key(prefix, size, b))
+            tile_counts[size].append(len(got) - before)
+    gk = np.array(group_keys, dtype=np.int64)
+    events = Events.decode(lay, np.repeat(gk, raw_counts), raw_items)
+    levels = {s: decode_tiles(lay, np.repeat(gk, tile_counts[s]), tile_items[s]) for s in tile_lo}
+    if new is not None:
+        assert wb is not None
+        recs = [new[i] for i in order.tolist()]
+        events = _record(lay, ns, tns, prefixes, events, levels, qk, hi, recs, by_id, wb)
+    tables: dict[int | None, Table] = {
+        None: sorted_table(events.table()),
+        **{s: sorted_table(t) for s, t in levels.items()},
+    }
+
+    out: dict[str, list[Any]] = {}
+    if lay.tiled:
+        out.update(_tiled_values(lay, plans, qk, tables))
+    if lay.raw:
+        raw = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
+        ends_at = raw.locate(qk, [hi + 1])[0]
+        values = {a.of: events.values(a.of) for a in lay.raw if a.of}
+        stamps = events.ts.tolist()
+        for agg, lo in zip(lay.raw, raw_lows, strict=True):
+            begins = raw.locate(qk, [lo])[0]
+            col = values[agg.of] if agg.of else None
+            out[agg.into] = [
+                aggregate_values(agg, col[x:y] if col is not None else [1] * (y - x), stamps[x:y])
+                for x, y in zip(begins.tolist(), ends_at.tolist(), strict=True)
+            ]
+    back = np.empty(n, dtype=np.int64)
+    back[order] = np.arange(n)
+    picks = back.tolist()
+    return {into: [col[i] for i in picks] for into, col in out.items()}
+
+
+def _record(
+    lay: Layout,
+    ns: str,
+    tns: str,
+    prefixes: list[bytes],
+    events: Events,
+    levels: dict[int, Table],
+    qk: np.ndarray,
+    hi: np.ndarray,
+    recs: list[dict[str, Any]],
+    by_id: list[tuple[Any, ...]],
+    wb: WriteBatch,
+) -> Events:
+    """Store the batch's events (raw entries) and fold them into their tiles (``wb``); return
+    all events (read and new), and replace the tiles they touch in ``levels``."""
+    fields = lay.fields
+    dt = raw_dtype(len(fields))
+    taken = set(zip(events.kid.tolist(), events.ts.tolist(), events.seq.tolist(), strict=True))
+    kids, times = qk.tolist(), hi.tolist()
+    m = len(recs)
+    arr = np.zeros(m, dtype=dt)
+    arr["v"] = 1
+    arr["ts"] = hi
+    json: dict[int, dict[str, Any]] = {}
+    for j, c in enumerate(fields):
+        col = [r.get(c) for r in recs]
+        tags = [tag_of(v) for v in col]
+        arr[f"t{j}"] = tags
+        arr[f"x{j}"] = [bits_of(v, t) for v, t in zip(col, tags, strict=True)]
+        for i, t in enumerate(tags):
+            if t == 3:
+                json[i] = recs[i]
+    seqs: list[int] = []
+    for k, t, rec in zip(kids, times, recs, strict=True):
+        seq = content_seq({**rec, "_k": list(by_id[k])})
+        while (k, t, seq) in taken:
+            seq += 1
+        taken.add((k, t, seq))
+        seqs.append(seq)
+    arr["seq"] = seqs
+    buf = arr.tobytes()
+    w = dt.itemsize
+    put = wb.puts
+    for i, (k, t, seq) in enumerate(zip(kids, times, seqs, strict=True)):
+        value = dumps(recs[i]) if i in json else buf[i * w : (i + 1) * w]
+        put[(ns, entry(prefixes[k], t, seq))] = value
+    for j in range(len(fields)):
+        for i in json:
+            arr[f"t{j}"][i] = 3
+    fresh_events = Events.of(lay, qk, arr, json)
+    if lay.sizes:
+        fresh = fresh_events.table()
+        names = sorted(lay.cols)
+        for size, old in levels.items():
+            idx = fresh.pos // size
+            _, rank = np.unique(np.concatenate([old.pos, idx]), return_inverse=True)
+            width = np.int64(rank.max() + 1)
+            old_code = old.kid * width + rank[: len(old.pos)]
+            groups, gid_new = np.unique(
+                fresh.kid * width + rank[len(old.pos) :], return_inverse=True
+            )
+            hit = np.isin(old_code, groups)
+            old_rows = np.flatnonzero(hit)
+            gid = np.concatenate([np.searchsorted(groups, old_code[old_rows]), gid_new])
+            both = Table.concat([old.take(old_rows), Table(fresh.kid, idx, fresh.n, fresh.cols)])
+            srt = np.argsort(gid, kind="stable")
+            both, gid = both.take(srt), gid[srt]
+            merged = merge_tiles(lay, both, gid, len(groups))
+            first = np.searchsorted(gid, np.arange(len(groups)))
+            g_kid, g_idx = both.kid[first].tolist(), both.pos[first].tolist()
+            items: list[tuple[bytes, bytes]] = []
+            for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
+                key = tile_key(prefixes[k], size, i)
+                value = encode_tile(i, rows, stats, names)
+                put[(tns, key)] = value
+                items.append((key, value))
+            keep = old.take(np.flatnonzero(~hit))
+            levels[size] = Table.concat([keep, decode_tiles(lay, both.kid[first], items)])
+    return events.merged(fresh_events)
+
+
+def _tiled_values(
+    lay: Layout,
+    plans: dict[tuple[str, int | None], tiles.Plan],
+    qk: np.ndarray,
+    tables: dict[int | None, Table],
+) -> dict[str, list[Any]]:
+    srcs: dict[int | None, Source] = {w: Source(t.kid, t.pos, t.n) for w, t in tables.items()}
+    total = sum(len(t.kid) for t in tables.values())
+    scales: dict[str, int] = {}
+    for col, squares in lay.cols.items():
+        scale = common_scale(list(tables.values()), col)
+        for where, t in tables.items():
+            st = t.cols[col]
+            arrays = {
+                "c": tiles.prefix(st["c"]),
+                "fc": tiles.prefix(st["fc"]),
+                "s": tiles.prefix(align(st["sn"], st["se"], scale, total)),
+            }
+            if col in lay.extremes:
+                arrays["mn"], arrays["mx"] = st["mn"], st["mx"]
+            if squares:
+                arrays["q"] = tiles.prefix(align(st["qn"], st["qe"], 2 * scale, total))
+            srcs[where].cols[col] = arrays
+        scales[col] = scale
+    raw = srcs[None]
+
+    out: dict[str, list[Any]] = {}
+    for w, p in plans.items():
+        la, lb, ra, rb = raw.locate(qk, [p.la, p.lb, p.ra, p.rb])
+        pieces = [(raw, la, lb), (raw, ra, rb)]
+        for size, l0, l1, r0, r1 in p.tiles:
+            src = srcs[size]
+            i0, i1, j0, j1 = src.locate(qk, [l0, l1, r0, r1])
+            pieces += [(src, i0, i1), (src, j0, j1)]
+
+        def total_of(col: str | None, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
+            acc: np.ndarray | None = None
+            for src, i0, i1 in pieces:
+                arr = src.n if col is None else src.cols[col][stat]
+                part = arr[i1] - arr[i0]
+                acc = part if acc is None else acc + part
+            assert acc is not None
+            return acc
+
+        def extreme(col: str, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
+            fn, fill = (np.minimum, np.inf) if stat == "mn" else (np.maximum, -np.inf)
+            acc: np.ndarray | None = None
+            for src, i0, i1 in pieces:
+                part = tiles.range_reduce(fn, src.cols[col][stat], i0, i1, fill)
+                if acc is None:
+                    acc = part
+                elif acc.dtype == part.dtype:
+                    acc = fn(acc, part)
+                else:
+                    acc = fn(acc.astype(object), part.astype(object))
+            assert acc is not None
+            return acc
+
+        for a in (a for a in lay.tiled if wkey(a.window) == w):
+            out[a.into] = finish(a, total_of, extreme, scales.get(a.of or "", 0))
+    return out
+
+
+def _own_view(state: StateReader, wb: WriteBatch, names: Sequence[str]) -> OverlayReader:
+    """An overlay of ``wb``'s pending writes to ``names`` only (scans then skip the rest)."""
+    mine = WriteBatch({(ns, k): v for (ns, k), v in wb.puts.items() if ns in names})
+    return OverlayReader(state, mine)
+
+
+def values_at(
+    reader: StateReader,
+    ns: str,
+    node: spec.AggregateNode,
+    keys: Sequence[tuple[Any, ...]],
+    stamps_us: Sequence[int],
+) -> dict[str, list[Any]]:
+    """Each continuous aggregation of ``node`` for each (key, time) query."""
+    return _compute(Layout.of(node), reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
+
+
+def run_continuous(
+    node: spec.AggregateNode,
+    scope: str,
+    df: pd.DataFrame,
+    ts_col: str,
+    state: StateReader,
+    wb: WriteBatch,
+) -> pd.DataFrame:
+    """Record the batch's events; emit one row per event with the aggregates as of its time.
+
+    Per key of the batch: a few range scans (raw edge tiles, whole tiles per level), the
+    events and tile updates into ``wb``, then every event's values at once with numpy."""
+    ns = namespace(scope, node)
+    lay = Layout.of(node)
+    mine = (ns, tiles_namespace(scope, node))
+    # A batch reads each key's entries before writing them, and keys' entries are disjoint,
+    # so only writes made before this call (none, usually) need an overlay.
+    pending = any(name in mine for name, _ in wb.puts)
+    reader = _own_view(state, wb, mine) if pending else state
+    cols = of_columns(node)
+    keys = key_tuples(df, node.keys)
+    stamps = pd.to_datetime(df[ts_col], utc=True)
+    us = (stamps.dt.as_unit("ns").astype("int64") // 1000).to_numpy(dtype=np.int64)
+    values = {c: [json_value(v) for v in df[c].tolist()] for c in cols}
+    recs = [{c: values[c][i] for c in cols} for i in range(len(df))]
+    out_vals = _compute(lay, reader, ns, keys, us, recs, wb)
+    out = df[list(node.keys)].reset_index(drop=True).copy()
+    for a in node.aggs:
+        out[a.into] = pd.Series(out_vals[a.into], dtype=object)
+    out[ts_col] = stamps.reset_index(drop=True)
+    return out

@@ -1,0 +1,162 @@
+"""Per-key event history: the namespaces, recording events (canonical JSON entries, read back
+per key by the windowed path) and the continuous path's raw events of a batch's keys decoded
+at once (``Events``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fennel_dagster.ops.aggregate.codec import event_cols, raw_dtype
+from fennel_dagster.ops.aggregate.layout import Layout, of_columns
+from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
+from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
+from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads
+from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
+from fennel_dagster.wire import spec
+
+
+def namespace(scope: str, node: spec.AggregateNode) -> str:
+    return f"agg:{scope}:{node.id}"
+
+
+def tiles_namespace(scope: str, node: spec.AggregateNode) -> str:
+    return f"{namespace(scope, node)}:tiles"
+
+
+def record_events(
+    node: spec.AggregateNode,
+    ns: str,
+    df: pd.DataFrame,
+    ts_col: str,
+    state: StateReader,
+    wb: WriteBatch,
+) -> None:
+    """Store each event once; identical events get consecutive sequence numbers, so they count
+    as many times as they occur whatever the batching."""
+    reader = OverlayReader(state, wb)
+    cols = of_columns(node)
+    keys = key_tuples(df, node.keys)
+    stamps = pd.to_datetime(df[ts_col], utc=True).tolist()
+    values = {c: df[c].tolist() for c in cols}
+    for i, (kv, stamp) in enumerate(zip(keys, stamps, strict=True)):
+        rec = {c: json_value(values[c][i]) for c in cols}
+        seq = content_seq({**rec, "_k": list(kv)})
+        while reader.get(ns, entry_key(kv, micros(stamp), seq)) is not None:
+            seq += 1
+        wb.put(ns, entry_key(kv, micros(stamp), seq), dumps(rec))
+
+
+def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Each row's group key as a tuple of JSON-safe values (the state key's prefix)."""
+    rows = df[list(keys)].astype(object).to_numpy().tolist()
+    return [tuple(json_value(v) for v in row) for row in rows]
+
+
+def key_events(
+    reader: StateReader, ns: str, key: tuple[Any, ...], lo_us: int | None, hi_us: int
+) -> list[tuple[int, dict[str, Any]]]:
+    prefix = key_prefix(key)
+    start = prefix if lo_us is None else entry_key(key, lo_us + 1, 0)
+    end = entry_key(key, hi_us, 2**64 - 1)
+    out = []
+    for k, v in reader.scan(ns, start, end):
+        out.append((split_entry(k)[0], loads(v)))
+    return out
+
+
+class Events:
+    """Raw events of a batch's keys (sorted by key, time, sequence), decoded at once."""
+
+    def __init__(
+        self,
+        lay: Layout,
+        kid: np.ndarray,
+        ts: np.ndarray,
+        seq: np.ndarray,
+        tag: dict[str, np.ndarray],
+        bits: dict[str, np.ndarray],
+        json: dict[int, dict[str, Any]],
+    ) -> None:
+        self.lay, self.kid, self.ts, self.seq = lay, kid, ts, seq
+        self.tag, self.bits, self.json = tag, bits, json
+
+    @classmethod
+    def decode(cls, lay: Layout, kid: np.ndarray, items: list[tuple[bytes, bytes]]) -> Events:
+        fields = lay.fields
+        dt = raw_dtype(len(fields))
+        vals = [v for _, v in items]
+        json: dict[int, dict[str, Any]] = {}
+        if all(len(v) == dt.itemsize and v[0] == 1 for v in vals):
+            arr = np.frombuffer(b"".join(vals), dtype=dt)
+        else:
+            arr = np.zeros(len(vals), dtype=dt)
+            for i, (k, v) in enumerate(items):
+                if v[:1] == b"{":
+                    arr["ts"][i], arr["seq"][i] = split_entry(k)
+                    for j in range(len(fields)):
+                        arr[f"t{j}"][i] = 3
+                    json[i] = loads(v)
+                else:
+                    arr[i] = np.frombuffer(v, dtype=dt)[0]
+        return cls.of(lay, kid, arr, json)
+
+    @classmethod
+    def of(
+        cls, lay: Layout, kid: np.ndarray, arr: np.ndarray, json: dict[int, dict[str, Any]]
+    ) -> Events:
+        fields = lay.fields
+        return cls(
+            lay, kid, arr["ts"].astype(np.int64), arr["seq"].astype(np.uint64),
+            {c: arr[f"t{j}"].astype(np.int8) for j, c in enumerate(fields)},
+            {c: arr[f"x{j}"].astype(np.int64) for j, c in enumerate(fields)},
+            json,
+        )  # fmt: skip
+
+    def merged(self, other: Events) -> Events:
+        """Both sets of events, sorted by (key, time, sequence)."""
+        cat = np.concatenate
+        kid, ts, seq = (
+            cat([self.kid, other.kid]),
+            cat([self.ts, other.ts]),
+            cat([self.seq, other.seq]),
+        )
+        order = np.lexsort((seq, ts, kid))
+        json: dict[int, dict[str, Any]] = {}
+        if self.json or other.json:
+            back = np.empty(len(order), dtype=np.int64)
+            back[order] = np.arange(len(order))
+            base = len(self.kid)
+            json = {int(back[i]): r for i, r in self.json.items()}
+            json.update({int(back[base + i]): r for i, r in other.json.items()})
+        return Events(
+            self.lay, kid[order], ts[order], seq[order],
+            {c: cat([self.tag[c], other.tag[c]])[order] for c in self.lay.fields},
+            {c: cat([self.bits[c], other.bits[c]])[order] for c in self.lay.fields},
+            json,
+        )  # fmt: skip
+
+    def values(self, col: str) -> list[Any]:
+        """The column's values as Python (JSON-safe) values."""
+        bits = self.bits[col]
+        out = [
+            None if t == 0 else i if t == 1 else f
+            for t, i, f in zip(
+                self.tag[col].tolist(), bits.tolist(), bits.view(np.float64).tolist(), strict=True
+            )
+        ]
+        for i, rec in self.json.items():
+            out[i] = rec.get(col)
+        return out
+
+    def table(self) -> Table:
+        cols: dict[str, dict[str, np.ndarray]] = {}
+        for col, squares in self.lay.cols.items():
+            st = None if self.json else event_cols(self.tag[col], self.bits[col], squares)
+            if st is None:
+                st = stats_from_lists([event_stats(v, squares) for v in self.values(col)])
+            cols[col] = st
+        return Table(self.kid, self.ts, np.ones(len(self.kid), np.int64), cols)

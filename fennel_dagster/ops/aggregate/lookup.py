@@ -1,0 +1,33 @@
+"""Reading an aggregate dataset: which nodes are continuous (looked up as of a time), and their
+values as of each query's time."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fennel_dagster.ops.aggregate.continuous import values_at
+from fennel_dagster.ops.aggregate.events import key_tuples, namespace
+from fennel_dagster.ops.keys import entry_key, key_prefix, micros
+from fennel_dagster.ops.state import StateReader
+from fennel_dagster.wire import spec
+
+
+def is_continuous(node: spec.AggregateNode) -> bool:
+    return all(a.window.kind in ("continuous", "forever") for a in node.aggs)
+
+
+def lookup_aggregate(
+    reader: StateReader, scope: str, node: spec.AggregateNode, keys: pd.DataFrame, ts: pd.Series
+) -> tuple[pd.DataFrame, pd.Series]:
+    """A continuous-window dataset's values as of ``ts``, assembled from tiles and events.
+
+    ``found``: the key has an event at or before ``ts`` (one entry read)."""
+    ns = namespace(scope, node)
+    queries = key_tuples(keys, node.keys)
+    stamps = [micros(s) for s in pd.to_datetime(ts, utc=True)]
+    found = [
+        next(iter(reader.scan(ns, key_prefix(k), entry_key(k, t + 1, 0))), None) is not None
+        for k, t in zip(queries, stamps, strict=True)
+    ]
+    values = values_at(reader, ns, node, queries, stamps)
+    return pd.DataFrame(values, columns=[a.into for a in node.aggs]), pd.Series(found, dtype=bool)
