@@ -30,7 +30,13 @@ from dagster import (
     multi_asset,
 )
 
-from fennel_dagster.commit.catalog import BranchCatalog, dataset_deps, describe, featureset_deps
+from fennel_dagster.commit.catalog import (
+    BranchCatalog,
+    asset_path,
+    dataset_deps,
+    describe,
+    featureset_deps,
+)
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.wire import spec
 
@@ -42,7 +48,7 @@ def group_of(branch: str) -> str:
 
 
 def key_of(branch: str, entity: str) -> AssetKey:
-    return AssetKey([re.sub(r"[^A-Za-z0-9_]", "_", branch), entity])
+    return AssetKey(asset_path(branch, entity))
 
 
 def _owners(meta: spec.MetaSpec) -> list[str]:

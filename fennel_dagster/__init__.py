@@ -3,6 +3,7 @@
 from fennel_dagster import dataset, field, pipeline, inputs, featureset, feature, extractor
 """
 
+from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.declare import (
     Dataset,
     DeclarationError,
@@ -20,10 +21,23 @@ from fennel_dagster.declare import (
 )
 from fennel_dagster.declare.expectations import expectations
 from fennel_dagster.declare.sources import source
+from fennel_dagster.errors import (
+    ClientError,
+    CommitError,
+    DeclarationFailed,
+    EngineError,
+    ExecutionError,
+    FennelError,
+    QueryError,
+    StackFailed,
+    WireFailed,
+)
 from fennel_dagster.wire.usercode import includes
 
 __all__ = [
-    "Dataset", "DeclarationError", "Featureset", "commit_spec", "dataset", "expectations",
-    "extractor", "feature", "featureset", "field", "includes", "inputs", "meta", "outputs",
-    "pipeline", "source",
+    "ClientError", "CommitError", "CommitRejected", "Dataset", "DeclarationError",
+    "DeclarationFailed", "EngineError", "ExecutionError", "Featureset", "FennelError",
+    "QueryError", "StackFailed", "Violation", "WireFailed", "commit_spec", "dataset",
+    "expectations", "extractor", "feature", "featureset", "field", "includes", "inputs", "meta",
+    "outputs", "pipeline", "source",
 ]  # fmt: skip

@@ -11,9 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 from dagster import ConfigurableResource
 from dagster_pyspark import PySparkResource
 
+from fennel_dagster.batch.spark import spark_conf
+from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.runner import state_path
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings, get_settings
 
 
@@ -37,8 +43,6 @@ class MetadataStore(ConfigurableResource):  # type: ignore[misc]
     schema_name: str = ""
 
     def connect(self, autocommit: bool = False) -> psycopg.Connection:
-        from fennel_dagster.metadata.db import connect
-
         s = get_settings()
         return connect(s, self.schema_name or s.pg_schema, autocommit=autocommit)
 
@@ -49,9 +53,7 @@ class KafkaResource(ConfigurableResource):  # type: ignore[misc]
     def servers(self) -> str:
         return self.bootstrap_servers or get_settings().kafka_servers
 
-    def admin(self) -> Any:
-        from confluent_kafka.admin import AdminClient
-
+    def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.servers()})
 
 
@@ -61,8 +63,6 @@ class S3Resource(ConfigurableResource):  # type: ignore[misc]
     bucket: str = ""
 
     def client(self) -> Any:
-        from fennel_dagster.stack.s3 import s3_client
-
         return s3_client(get_settings())
 
     def bucket_name(self) -> str:
@@ -77,19 +77,14 @@ class HangarResource(ConfigurableResource):  # type: ignore[misc]
     def path(self) -> Path:
         return Path(self.state_dir) if self.state_dir else get_settings().state_path
 
-    def open(self, owner: str, job: str, partition: int) -> Any:
-        from fennel_dagster.engine.hangar import Hangar
-        from fennel_dagster.engine.runner import state_path
-
+    def open(self, owner: str, job: str, partition: int) -> Hangar:
         return Hangar(
             state_path(get_settings().with_(state_dir=self.path()), owner, job, partition)
         )
 
 
 def spark_resource() -> PySparkResource:
-    """dagster-pyspark's resource with the stack's Spark configuration (jars, S3A, master)."""
-    from fennel_dagster.stack.spark import spark_conf
-
+    """dagster-pyspark's resource with the platform's Spark configuration (jars, S3A, master)."""
     return PySparkResource(spark_config=spark_conf(get_settings()))
 
 

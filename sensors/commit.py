@@ -9,25 +9,27 @@ from dagster import (
     sensor,
 )
 
-from assets.commit_job import fennel_commit
 from fennel_dagster.commit import requests
-from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
-from fennel_dagster.settings import get_settings
+from resources import FennelSettings, MetadataStore
+
+COMMIT_JOB = "fennel_commit"  # assets/commit_job.py; Definitions binds the name
 
 
 @sensor(
-    job=fennel_commit,
+    job_name=COMMIT_JOB,
     minimum_interval_seconds=2,
     default_status=DefaultSensorStatus.RUNNING,
     description="Launches the commit run of every commit request a client records.",
 )
-def commit_requests(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-    settings = get_settings()
+def commit_requests(
+    context: SensorEvaluationContext, fennel: FennelSettings, metadata: MetadataStore
+) -> SensorResult | SkipReason:
+    settings = fennel.settings()
     # the cursor (and run keys) name the metadata schema: the Dagster instance may outlive it
     schema, _, last = (context.cursor or "").rpartition(":")
     after = int(last) if schema == settings.pg_schema and last.isdigit() else 0
-    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+    with metadata.connect(autocommit=True) as conn:
         migrate(conn)
         found = requests.pending(conn, after)
     if not found:

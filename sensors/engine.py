@@ -11,7 +11,6 @@ stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive`
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import psycopg
 from dagster import (
@@ -34,9 +33,12 @@ from dagster import (
 )
 
 from fennel_dagster.engine import keepalive
+from fennel_dagster.engine.lookup_server import Followers, serve
+from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
-from fennel_dagster.settings import get_settings
+from fennel_dagster.settings import Settings
+from resources import FennelSettings
 
 job_partitions = DynamicPartitionsDefinition(name="fennel_job_partitions")
 PARTITION_TAG = "fennel/partition"
@@ -45,10 +47,8 @@ LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.
 
 
 @op(description="Runs the engine's exactly-once runner for one job partition until stopped.")
-def run_job_partition(context: OpExecutionContext) -> None:
-    from fennel_dagster.engine.runner import run_forever
-
-    settings = get_settings()
+def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> None:
+    settings = fennel.settings()
     name, partition = keepalive.split_key(context.partition_key)
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
         found = [j for j in registry.list_jobs(conn) if j.name == name]
@@ -72,12 +72,9 @@ def run_job_partition(context: OpExecutionContext) -> None:
 
 
 def serve_lookups(
-    settings: Any, job: Any, partition: int, owner: str, stop: threading.Event
+    settings: Settings, job: registry.JobRow, partition: int, owner: str, stop: threading.Event
 ) -> threading.Thread:
     """This run's lookup endpoint, registered as an endpoint-only engine (id ``run:...``)."""
-    from fennel_dagster.engine.lookup_server import Followers, serve
-    from fennel_dagster.engine.runner import state_path
-
     followers = Followers(lambda j, p: state_path(settings, owner, j.name, p))
     server = serve(
         settings.host, 0, lambda h, p: job if (h, p) == (job.hash, partition) else None, followers
@@ -114,8 +111,10 @@ def engine_partition_run() -> None:
     default_status=DefaultSensorStatus.RUNNING,
     description="Keeps one live run per job partition; relaunches runs whose runner died.",
 )
-def engine_keepalive(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-    settings = get_settings()
+def engine_keepalive(
+    context: SensorEvaluationContext, fennel: FennelSettings
+) -> SensorResult | SkipReason:
+    settings = fennel.settings()
     if not settings.dagster_engine:
         return SkipReason("the engine runs elsewhere (FENNEL_DAGSTER_ENGINE=false)")
     instance = context.instance

@@ -1,6 +1,7 @@
 """Stream health as asset observations: rows, errors, lag and newest event per dataset."""
 
 from dagster import (
+    AssetKey,
     AssetObservation,
     DefaultSensorStatus,
     SensorEvaluationContext,
@@ -9,19 +10,18 @@ from dagster import (
     sensor,
 )
 
-from assets.datasets import key_of
 from fennel_dagster.commit import catalog
 from fennel_dagster.engine.health import dataset_health
-from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import failures, list_jobs
-from fennel_dagster.settings import get_settings
+from resources import KafkaResource, MetadataStore
 
 
 @sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
         description="Observes each committed dataset's stream: rows, errors, lag, last event.")  # fmt: skip
-def stream_health(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-    s = get_settings()
-    with connect(s, s.pg_schema, autocommit=True) as conn:
+def stream_health(
+    context: SensorEvaluationContext, metadata: MetadataStore, kafka: KafkaResource
+) -> SensorResult | SkipReason:
+    with metadata.connect(autocommit=True) as conn:
         try:
             cats = catalog.load(conn)
             jobs = list_jobs(conn)
@@ -40,10 +40,10 @@ def stream_health(context: SensorEvaluationContext) -> SensorResult | SkipReason
                 continue
             mine = [j for j in jobs if j.spec.dataset.name == ds.name]
             writers = [j for j in mine if j.kind in ("source", "pipeline")]
-            h = dataset_health(s.kafka_servers, topic, err, writers, ds.timestamp)
+            h = dataset_health(kafka.servers(), topic, err, writers, ds.timestamp)
             failed = [f"{j.name} p{p}: {stopped[(j.hash, p)].reason}"
                       for j in mine for p in range(j.partitions) if (j.hash, p) in stopped]  # fmt: skip
-            events.append(AssetObservation(asset_key=key_of(cat.branch, ds.name), metadata={
+            events.append(AssetObservation(asset_key=AssetKey(catalog.asset_path(cat.branch, ds.name)), metadata={
                 "end offsets": h.messages, "error rows": h.errors, "consumer lag": h.lag,
                 "last event time": h.last_event or "none",
                 "stopped partitions": len(failed),

@@ -8,11 +8,11 @@ from fennel_dagster.commit import janitor
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.protocol import (
     BranchNotFoundError,
-    branch_lock_key,
     head,
     schedule_unreferenced,
 )
 from fennel_dagster.errors import CommitError
+from fennel_dagster.metadata import locks
 from fennel_dagster.wire import decode, spec
 
 
@@ -39,7 +39,7 @@ def clone_branch(
     conn: psycopg.Connection, lock_conn: psycopg.Connection, source: str, name: str
 ) -> int:
     """Copy ``source``'s references (no physical asset is created); returns how many."""
-    lock_conn.execute("SELECT pg_advisory_lock(%s)", (branch_lock_key(source),))
+    locks.lock_branch(lock_conn, source)
     try:
         with conn.transaction():
             src_head = head(conn, source)
@@ -57,14 +57,14 @@ def clone_branch(
             )
             return copied.rowcount
     finally:
-        lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(source),))
+        locks.unlock_branch(lock_conn, source)
 
 
 def delete_branch(
     conn: psycopg.Connection, lock_conn: psycopg.Connection, physical: PhysicalAssets, name: str
 ) -> None:
     """Release every reference of the branch; assets nobody else references are destroyed."""
-    lock_conn.execute("SELECT pg_advisory_lock(%s)", (branch_lock_key(name),))
+    locks.lock_branch(lock_conn, name)
     try:
         with conn.transaction():
             head(conn, name)
@@ -76,7 +76,7 @@ def delete_branch(
             schedule_unreferenced(conn, hashes, None)
         janitor.carry_out_destructions(conn, physical)
     finally:
-        lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(name),))
+        locks.unlock_branch(lock_conn, name)
 
 
 def checkout(conn: psycopg.Connection, name: str) -> spec.CommitSpec | None:

@@ -6,6 +6,7 @@ this; it reads Postgres only (no Kafka, no S3), so loading the code location sta
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,11 @@ def load(conn: psycopg.Connection) -> list[BranchCatalog]:
             head = protocol.head(conn, name)
             out.append(BranchCatalog(name, head, graph, dict(by_branch.get(name, {}))))
     return out
+
+
+def asset_path(branch: str, entity: str) -> list[str]:
+    """The Dagster asset key path of a branch's dataset or featureset."""
+    return [re.sub(r"[^A-Za-z0-9_]", "_", branch), entity]
 
 
 def dataset_deps(ds: spec.DatasetSpec) -> list[str]:

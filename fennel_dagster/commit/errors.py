@@ -9,7 +9,9 @@ from fennel_dagster.errors import CommitError
 
 
 @dataclass(frozen=True)
-class ValidationError:
+class Violation:
+    """One broken rule of a commit (not an exception: ``CommitRejected`` carries them all)."""
+
     entity: str  # "UserSpend", "UserSpend.agg", "UserFeatures.account_age"
     where: str  # the field or operator concerned ("" when the entity as a whole)
     message: str  # what is wrong
@@ -23,7 +25,7 @@ class ValidationError:
 class CommitRejected(CommitError, ValueError):
     """A commit that fails validation; ``str()`` lists every error, not just the first."""
 
-    def __init__(self, errors: Sequence[ValidationError]) -> None:
+    def __init__(self, errors: Sequence[Violation]) -> None:
         self.errors = list(errors)
         lines = "\n".join(f"  - {e}" for e in self.errors)
         super().__init__(f"commit rejected with {len(self.errors)} error(s):\n{lines}")

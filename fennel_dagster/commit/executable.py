@@ -10,34 +10,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fennel_dagster.commit.errors import ValidationError
+from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
 
 ENGINE_CONNECTORS = ("kafka", "webhook")
 
 
-def engine_shapes(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def engine_shapes(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for p in ds.pipelines:
             for problem in problems(p):
-                yield ValidationError(f"{ds.name}.{p.name}", f"operator {problem.operator}",
+                yield Violation(f"{ds.name}.{p.name}", f"operator {problem.operator}",
                                       problem.message, problem.fix)  # fmt: skip
 
 
-def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for src in ds.sources:
             c = src.connector
             where = f"source {c.kind}({c.name})"
             if c.kind not in ENGINE_CONNECTORS:
-                yield ValidationError(ds.name, where, (
+                yield Violation(ds.name, where, (
                     f"the streaming engine has no reader for {c.kind} sources (it reads Kafka "
                     "topics and webhook endpoints)"),
                     "feed the rows through a Kafka topic or a Webhook endpoint (Client.log), "
                     "or select this source out with env=")  # fmt: skip
             elif c.kind == "kafka" and not dict(c.config).get("topic"):
-                yield ValidationError(ds.name, where, "names no topic",
+                yield Violation(ds.name, where, "names no topic",
                                       f"use {c.name}.topic('<topic>') in @source")  # fmt: skip
 
 

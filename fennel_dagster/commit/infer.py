@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fennel_dagster.commit.errors import ValidationError
+from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.infer_nodes import Schema, Stop, infer_node
 from fennel_dagster.commit.infer_types import (
     TypeErrorInExpr,
@@ -39,13 +39,13 @@ __all__ = [
 
 def infer_pipeline(
     p: spec.PipelineSpec, datasets: Mapping[str, spec.DatasetSpec]
-) -> tuple[Schema | None, list[ValidationError]]:
+) -> tuple[Schema | None, list[Violation]]:
     entity = f"{p.dataset}.{p.name}"
     schemas: dict[str, Schema] = {}
-    errors: list[ValidationError] = []
+    errors: list[Violation] = []
 
     def err(node: spec.Node, message: str, fix: str) -> None:
-        errors.append(ValidationError(entity, f"{_op(node)} {node.id}", message, fix))
+        errors.append(Violation(entity, f"{_op(node)} {node.id}", message, fix))
 
     for node in p.nodes:
         try:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from fennel_dagster.declare.dtypes import render
+from fennel_dagster.errors import CommitError
 from fennel_dagster.wire import spec
 
 
-class TypeErrorInExpr(ValueError):
+class TypeErrorInExpr(CommitError, ValueError):
     pass
 
 

@@ -8,13 +8,12 @@ Runs at the start of every commit and on demand; every step is idempotent.
 
 from __future__ import annotations
 
-import time
-
 import psycopg
 
 from fennel_dagster.commit import bank
 from fennel_dagster.commit.crashpoints import crash_point
 from fennel_dagster.commit.physical import PhysicalAssets
+from fennel_dagster.metadata import locks
 
 
 def recover(
@@ -26,8 +25,6 @@ def recover(
 ) -> dict[str, int]:
     """``wait``: seconds to wait for a branch lock held by a session that may be dying (the
     backend of a killed committer lingers briefly); 0 skips branches with a live commit."""
-    from fennel_dagster.commit.protocol import branch_lock_key
-
     rolled_back = 0
     attempts = conn.execute(
         "SELECT attempt::text, branch FROM commit_attempts WHERE state = 'open'"
@@ -36,26 +33,15 @@ def recover(
     for attempt, branch in attempts:
         held_by_us = branch == own_branch
         if not held_by_us:
-            if not _try_lock(lock_conn, branch_lock_key(branch), wait):
+            if not locks.try_lock_branch(lock_conn, branch, wait):
                 continue  # a live commit owns this branch right now
         try:
             rolled_back += _roll_back(conn, physical, attempt)
         finally:
             if not held_by_us:
-                lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(branch),))
+                locks.unlock_branch(lock_conn, branch)
     destroyed = carry_out_destructions(conn, physical)
     return {"rolled_back": rolled_back, "destroyed": destroyed}
-
-
-def _try_lock(lock_conn: psycopg.Connection, key: int, wait: float) -> bool:
-    deadline = time.monotonic() + wait
-    while True:
-        got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-        if got and got[0]:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def _roll_back(conn: psycopg.Connection, physical: PhysicalAssets, attempt: str) -> int:

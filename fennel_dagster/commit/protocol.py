@@ -29,7 +29,7 @@ from fennel_dagster.commit.crashpoints import crash_point
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff
 from fennel_dagster.errors import CommitError
-from fennel_dagster.metadata import registry
+from fennel_dagster.metadata import locks, registry
 
 
 class StaleBranchError(CommitError, RuntimeError):
@@ -50,15 +50,6 @@ class CommitOutcome:
     commit_id: int
     diff: BlueprintDiff
     durations: dict[str, float] = field(default_factory=dict)
-
-
-def branch_lock_key(branch: str) -> int:
-    """A stable 63-bit advisory-lock key per branch name."""
-    import hashlib
-
-    return (
-        int.from_bytes(hashlib.sha256(f"fennel-branch:{branch}".encode()).digest()[:8], "big") >> 1
-    )
 
 
 def head(conn: psycopg.Connection, branch: str) -> int | None:
@@ -85,7 +76,7 @@ def commit(
     autocommit connection) holds the branch's session lock, which dies with us if we crash."""
     t0 = time.monotonic()
     times: dict[str, float] = {}
-    lock_conn.execute("SELECT pg_advisory_lock(%s)", (branch_lock_key(branch),))
+    locks.lock_branch(lock_conn, branch)
     try:
         return _commit_locked(
             conn,
@@ -107,7 +98,7 @@ def commit(
         ) from e
     finally:
         if not lock_conn.closed:
-            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (branch_lock_key(branch),))
+            locks.unlock_branch(lock_conn, branch)
 
 
 def _commit_locked(

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.protocol import CommitOutcome
 from fennel_dagster.errors import CommitError
 
@@ -156,7 +156,7 @@ def wait(
         if state == "committed":
             return dict(result)
         if state == "rejected":
-            raise CommitRejected([ValidationError(**e) for e in result["errors"]])
+            raise CommitRejected([Violation(**e) for e in result["errors"]])
         if state == "failed":
             raise CommitFailed(f"commit request {request_id} failed: {result['error']}")
         if time.monotonic() > deadline:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from fennel_dagster.commit.blueprint import BlueprintSet
 from fennel_dagster.commit.compiler import DEFAULT_PARTITIONS, compile_blueprints
 from fennel_dagster.commit.environment import select_env
-from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.executable import PLATFORM_RULES
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
@@ -19,7 +19,7 @@ class DefinitionResult:
     commit: spec.CommitSpec  # for an incremental commit: merged with the branch's previous one
     graph: EntityGraph
     blueprints: BlueprintSet
-    errors: tuple[ValidationError, ...]
+    errors: tuple[Violation, ...]
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -44,7 +44,11 @@ class DefinitionServer:
         errors = tuple(validate(commit, previous, PLATFORM_RULES))
         merged = _merge(commit, previous) if commit.incremental else commit
         graph = EntityGraph.build(merged)
-        blueprints = compile_blueprints(graph, self.namespace, self.partitions) if not errors else BlueprintSet(())
+        blueprints = (
+            compile_blueprints(graph, self.namespace, self.partitions)
+            if not errors
+            else BlueprintSet(())
+        )
         return DefinitionResult(merged, graph, blueprints, errors)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from fennel_dagster.commit.errors import CommitRejected, ValidationError
+from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.executable import engine_shapes
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.infer import infer_pipeline, same_type
@@ -19,49 +19,49 @@ from fennel_dagster.declare.dtypes import render
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.codec import content_hash
 
-Rule = Callable[[EntityGraph, EntityGraph | None], Iterable[ValidationError]]
+Rule = Callable[[EntityGraph, EntityGraph | None], Iterable[Violation]]
 
 
-def owners(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def owners(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         if not ds.meta.owner:
-            yield ValidationError(
+            yield Violation(
                 ds.name, "", "has no owner", "add @meta(owner='team@example.com') above @dataset"
             )
     for fs in g.featuresets.values():
         if not fs.meta.owner:
-            yield ValidationError(
+            yield Violation(
                 fs.name, "", "has no owner", "add @meta(owner='team@example.com') above @featureset"
             )
 
 
-def source_xor_pipeline(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def source_xor_pipeline(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         if ds.sources and ds.pipelines:
-            yield ValidationError(ds.name, "", "has both a @source and a @pipeline",
+            yield Violation(ds.name, "", "has both a @source and a @pipeline",
                                   "a dataset gets rows from sources or from pipelines, not both: split it in two")  # fmt: skip
         if not ds.sources and not ds.pipelines and not ds.meta.deleted:
-            yield ValidationError(ds.name, "", "has neither a @source nor a @pipeline",
+            yield Violation(ds.name, "", "has neither a @source nor a @pipeline",
                                   "attach a @source (e.g. a Webhook endpoint) or declare a @pipeline")  # fmt: skip
 
 
-def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for src in ds.sources:
             where = f"@source {src.connector.kind} {src.connector.name}"
             if src.cdc in ("upsert", "debezium") and not ds.keys:
-                yield ValidationError(ds.name, where, f"cdc={src.cdc!r} needs key fields",
+                yield Violation(ds.name, where, f"cdc={src.cdc!r} needs key fields",
                                       "declare the key with field(key=True), or use cdc='append'")  # fmt: skip
             if src.cdc == "append" and ds.keys:
-                yield ValidationError(ds.name, where, "cdc='append' on a keyed dataset",
+                yield Violation(ds.name, where, "cdc='append' on a keyed dataset",
                                       "use cdc='upsert' (rows replace earlier rows of the same key)")  # fmt: skip
 
 
-def timestamps_and_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def timestamps_and_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         stamps = [f for f in ds.fields if f.timestamp]
         if len(stamps) != 1:
-            yield ValidationError(
+            yield Violation(
                 ds.name,
                 "",
                 f"has {len(stamps)} timestamp fields",
@@ -69,16 +69,16 @@ def timestamps_and_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Va
             )
         for f in ds.fields:
             if f.key and isinstance(f.dtype, spec.OptionalType):
-                yield ValidationError(
+                yield Violation(
                     ds.name, f.name, "key field is Optional", "keys cannot be null: drop Optional"
                 )
             if f.key and f.timestamp:
-                yield ValidationError(
+                yield Violation(
                     ds.name, f.name, "is both key and timestamp", "use a separate event-time field"
                 )
 
 
-def pipeline_schemas(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def pipeline_schemas(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for p in ds.pipelines:
             schema, errors = infer_pipeline(p, g.datasets)
@@ -90,37 +90,37 @@ def pipeline_schemas(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Valid
 
 def _compare_schema(
     ds: spec.DatasetSpec, p: spec.PipelineSpec, got: list[spec.FieldSpec]
-) -> Iterable[ValidationError]:
+) -> Iterable[Violation]:
     entity = f"{ds.name}.{p.name}"
     declared = {f.name: f for f in ds.fields}
     inferred = {f.name: f for f in got}
     for name in declared.keys() - inferred.keys():
-        yield ValidationError(entity, name, f"the pipeline does not produce field {name!r} of {ds.name}",
+        yield Violation(entity, name, f"the pipeline does not produce field {name!r} of {ds.name}",
                               f"add it in the pipeline (assign) or remove it from {ds.name}")  # fmt: skip
     for name in inferred.keys() - declared.keys():
-        yield ValidationError(entity, name, f"the pipeline produces field {name!r}, which {ds.name} does not declare",
+        yield Violation(entity, name, f"the pipeline produces field {name!r}, which {ds.name} does not declare",
                               f"declare `{name}: {render(inferred[name].dtype)}` in {ds.name} or drop it in the pipeline")  # fmt: skip
     for name in declared.keys() & inferred.keys():
         d, i = declared[name], inferred[name]
         if not same_type(d.dtype, i.dtype):
-            yield ValidationError(entity, name, f"{ds.name}.{name} is declared {render(d.dtype)} but the pipeline produces {render(i.dtype)}",
+            yield Violation(entity, name, f"{ds.name}.{name} is declared {render(d.dtype)} but the pipeline produces {render(i.dtype)}",
                                   f"declare `{name}: {render(i.dtype)}` or cast it in the pipeline")  # fmt: skip
         if d.key != i.key:
             want = "a key" if i.key else "not a key"
-            yield ValidationError(entity, name, f"the pipeline makes {name!r} {want} but {ds.name} declares otherwise",
+            yield Violation(entity, name, f"the pipeline makes {name!r} {want} but {ds.name} declares otherwise",
                                   f"{'add' if i.key else 'remove'} field(key=True) on {ds.name}.{name}")  # fmt: skip
         if d.timestamp != i.timestamp:
-            yield ValidationError(entity, name, f"the pipeline's timestamp field differs from {ds.name}'s",
+            yield Violation(entity, name, f"the pipeline's timestamp field differs from {ds.name}'s",
                                   "keep the input's timestamp field, or rename it to the declared one")  # fmt: skip
 
 
-def terminal_inputs(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def terminal_inputs(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for p in ds.pipelines:
             for name in p.inputs:
                 src = g.datasets.get(name)
                 if src is not None and src.terminal:
-                    yield ValidationError(f"{ds.name}.{p.name}", f"input {name}",
+                    yield Violation(f"{ds.name}.{p.name}", f"input {name}",
                                           f"{name} is a continuous-window aggregate, which cannot feed another pipeline",
                                           f"look {name} up from an extractor, or aggregate with a Tumbling/Hopping window instead")  # fmt: skip
 
@@ -128,7 +128,7 @@ def terminal_inputs(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Valida
 _LOOKUP = re.compile(r"\b([A-Z]\w*)\.lookup\(")
 
 
-def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     produced: dict[str, str] = {}
     for fs in g.featuresets.values():
         for ex in fs.extractors:
@@ -136,14 +136,14 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationE
             for o in ex.outputs:
                 full = f"{fs.name}.{o}"
                 if full in produced:
-                    yield ValidationError(entity, o, f"feature {full} is also computed by {produced[full]}",
+                    yield Violation(entity, o, f"feature {full} is also computed by {produced[full]}",
                                           "keep one extractor per feature: remove it from one @outputs")  # fmt: skip
                 produced[full] = entity
             for i in ex.inputs:
                 owner, short = i.split(".", 1)
                 other = g.featuresets.get(owner)
                 if other is None or short not in {f.name for f in other.features}:
-                    yield ValidationError(
+                    yield Violation(
                         entity,
                         i,
                         f"input feature {i} does not exist",
@@ -151,7 +151,7 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationE
                     )
             for d in ex.deps:
                 if d not in g.datasets:
-                    yield ValidationError(
+                    yield Violation(
                         entity,
                         d,
                         f"depends on dataset {d}, which is not in the commit",
@@ -160,7 +160,7 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationE
             if ex.kind == "lookup":
                 ds = g.datasets.get(ex.lookup_dataset or "")
                 if ds is not None and ex.lookup_field not in {f.name for f in ds.fields}:
-                    yield ValidationError(
+                    yield Violation(
                         entity,
                         ex.outputs[0],
                         f"{ds.name} has no field {ex.lookup_field!r}",
@@ -169,12 +169,12 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationE
             if ex.code is not None:
                 for used in sorted(set(_LOOKUP.findall(ex.code.source))):
                     if used in g.datasets and used not in ex.deps:
-                        yield ValidationError(entity, used, f"looks up {used} without declaring it",
+                        yield Violation(entity, used, f"looks up {used} without declaring it",
                                               f"add it: @extractor(deps=[{used}, ...])")  # fmt: skip
     yield from _cycles(g)
 
 
-def _cycles(g: EntityGraph) -> Iterable[ValidationError]:
+def _cycles(g: EntityGraph) -> Iterable[Violation]:
     producers = {
         f"{fs.name}.{o}": ex
         for fs in g.featuresets.values()
@@ -184,7 +184,7 @@ def _cycles(g: EntityGraph) -> Iterable[ValidationError]:
     state: dict[str, int] = {}
     reported: set[str] = set()
 
-    def visit(feature: str, path: list[str]) -> Iterable[ValidationError]:
+    def visit(feature: str, path: list[str]) -> Iterable[Violation]:
         if state.get(feature) == 2:
             return
         if state.get(feature) == 1:
@@ -193,7 +193,7 @@ def _cycles(g: EntityGraph) -> Iterable[ValidationError]:
             if key not in reported:
                 reported.add(key)
                 ex = producers[feature]
-                yield ValidationError(f"{ex.featureset}.{ex.name}", feature, "extractors form a cycle: " + " -> ".join(cycle),
+                yield Violation(f"{ex.featureset}.{ex.name}", feature, "extractors form a cycle: " + " -> ".join(cycle),
                                       "break the cycle: one of these features must be an input, not computed from the others")  # fmt: skip
             return
         state[feature] = 1
@@ -207,7 +207,7 @@ def _cycles(g: EntityGraph) -> Iterable[ValidationError]:
         yield from visit(f, [])
 
 
-def windows(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def windows(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         for p in ds.pipelines:
             for node in p.nodes:
@@ -216,18 +216,18 @@ def windows(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationErro
                 for a in node.aggs:
                     w = a.window
                     if w.kind in ("tumbling", "hopping") and (w.duration or 0) <= 0:
-                        yield ValidationError(
+                        yield Violation(
                             f"{ds.name}.{p.name}",
                             a.into,
                             "window has no length",
                             "give a positive duration",
                         )
                     if w.kind in ("continuous", "forever") and node.emit == "final":
-                        yield ValidationError(f"{ds.name}.{p.name}", a.into, "emit='final' with a continuous window",
+                        yield Violation(f"{ds.name}.{p.name}", a.into, "emit='final' with a continuous window",
                                               "continuous windows never close: use emit='eager', or a Tumbling window")  # fmt: skip
 
 
-def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     if prev is None:
         return
     bumped: dict[str, int] = {}
@@ -236,7 +236,7 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Validatio
         if old is None:
             continue
         if ds.version < old.version:
-            yield ValidationError(ds.name, "version", f"version went down from {old.version} to {ds.version}",
+            yield Violation(ds.name, "version", f"version went down from {old.version} to {ds.version}",
                                   f"versions only grow: use {old.version + 1}")  # fmt: skip
             continue
         if ds.version > old.version:
@@ -246,7 +246,7 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Validatio
         if changes:
             downstream = [d for d in g.downstream(ds.name) if d in prev.datasets]
             tail = f" (downstream {', '.join(downstream)} must bump too)" if downstream else ""
-            yield ValidationError(ds.name, changes[0], f"{', '.join(changes)} changed but {ds.name}.version is still {ds.version}",
+            yield Violation(ds.name, changes[0], f"{', '.join(changes)} changed but {ds.name}.version is still {ds.version}",
                                   f"bump it to {ds.version + 1}{tail}")  # fmt: skip
             bumped[ds.name] = ds.version + 1  # report downstream as if it had been bumped
     for name in bumped:
@@ -254,7 +254,7 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Validatio
             new, old = g.datasets.get(down), prev.datasets.get(down)
             if new is None or old is None or new.version > old.version:
                 continue
-            yield ValidationError(down, "version", f"its input {name} got a new version but {down}.version is still {new.version}",
+            yield Violation(down, "version", f"its input {name} got a new version but {down}.version is still {new.version}",
                                   f"bump {down} to {old.version + 1} so it is recomputed from {name}'s new version")  # fmt: skip
 
 
@@ -275,26 +275,26 @@ def _pipe(ds: spec.DatasetSpec, name: str) -> spec.PipelineSpec | None:
     return next((p for p in ds.pipelines if p.name == name), None)
 
 
-def deletions(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def deletions(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     if prev is None or g.incremental:
         return
     for name, old in prev.datasets.items():
         if name not in g.datasets and not old.meta.deleted:
-            yield ValidationError(name, "", "was removed from the commit without being marked deleted",
+            yield Violation(name, "", "was removed from the commit without being marked deleted",
                                   f"delete in two commits: first commit {name} with @meta(deleted=True), then omit it")  # fmt: skip
     for name, old_fs in prev.featuresets.items():
         if name not in g.featuresets and not old_fs.meta.deleted:
-            yield ValidationError(name, "", "was removed from the commit without being marked deleted",
+            yield Violation(name, "", "was removed from the commit without being marked deleted",
                                   f"delete in two commits: first commit {name} with @meta(deleted=True), then omit it")  # fmt: skip
 
 
-def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[ValidationError]:
+def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         if not ds.meta.deleted:
             continue
         for down in g.downstream(ds.name):
             if not g.datasets[down].meta.deleted:
-                yield ValidationError(down, f"input {ds.name}", f"reads {ds.name}, which is marked deleted",
+                yield Violation(down, f"input {ds.name}", f"reads {ds.name}, which is marked deleted",
                                       f"delete {down} too, or stop reading {ds.name}")  # fmt: skip
 
 
@@ -309,7 +309,7 @@ def validate(
     commit: spec.CommitSpec,
     previous: spec.CommitSpec | None = None,
     extra: tuple[Rule, ...] = (),
-) -> list[ValidationError]:
+) -> list[Violation]:
     """Every error of ``commit`` against the branch's ``previous`` commit; ``extra`` rules
     run after the common ones (the definition server adds ``PLATFORM_RULES``)."""
     structural = well_formed(commit)
@@ -319,7 +319,7 @@ def validate(
         previous = None  # a malformed history cannot be compared against; judge the commit alone
     prev = EntityGraph.build(previous) if previous is not None else None
     graph = EntityGraph.build(commit, base=previous if commit.incremental else None)
-    errors: list[ValidationError] = []
+    errors: list[Violation] = []
     for rule in RULES + extra:
         errors.extend(rule(graph, prev))
     return errors
@@ -331,4 +331,4 @@ def validate_or_raise(commit: spec.CommitSpec, previous: spec.CommitSpec | None 
         raise CommitRejected(errors)
 
 
-__all__ = ["RULES", "CommitRejected", "ValidationError", "validate", "validate_or_raise"]
+__all__ = ["RULES", "CommitRejected", "Violation", "validate", "validate_or_raise"]

@@ -10,23 +10,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from fennel_dagster.commit.errors import ValidationError
+from fennel_dagster.commit.errors import Violation
 from fennel_dagster.wire import spec
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _name(kind: str, name: str) -> Iterable[ValidationError]:
+def _name(kind: str, name: str) -> Iterable[Violation]:
     if not NAME.match(name):
-        yield ValidationError(name or f"<unnamed {kind}>", "", f"{name!r} is not a valid {kind} name",
+        yield Violation(name or f"<unnamed {kind}>", "", f"{name!r} is not a valid {kind} name",
                               "use a Python identifier (letters, digits, underscores)")  # fmt: skip
 
 
-def _duplicates(kind: str, owner: str, names: list[str]) -> Iterable[ValidationError]:
+def _duplicates(kind: str, owner: str, names: list[str]) -> Iterable[Violation]:
     seen: set[str] = set()
     for n in names:
         if n in seen:
-            yield ValidationError(
+            yield Violation(
                 owner, n, f"declares {kind} {n!r} twice", f"give each {kind} a unique name"
             )
         seen.add(n)
@@ -40,11 +40,11 @@ def _node_inputs(node: spec.Node) -> tuple[str, ...]:
     return (node.input,)
 
 
-def check_pipeline(ds: spec.DatasetSpec, p: spec.PipelineSpec) -> Iterable[ValidationError]:
+def check_pipeline(ds: spec.DatasetSpec, p: spec.PipelineSpec) -> Iterable[Violation]:
     entity = f"{ds.name}.{p.name}"
     yield from _name("pipeline", p.name)
     if p.dataset != ds.name:
-        yield ValidationError(
+        yield Violation(
             entity,
             "dataset",
             f"says it writes {p.dataset!r}",
@@ -54,49 +54,47 @@ def check_pipeline(ds: spec.DatasetSpec, p: spec.PipelineSpec) -> Iterable[Valid
     for node in p.nodes:
         where = f"{type(node).__name__} {node.id}"
         if not node.id or node.id in seen:
-            yield ValidationError(
+            yield Violation(
                 entity, where, "node ids must be unique and non-empty", "re-declare the pipeline"
             )
         for ref in _node_inputs(node):
             if ref not in seen:
-                yield ValidationError(entity, where, f"reads node {ref!r}, which does not come before it",
+                yield Violation(entity, where, f"reads node {ref!r}, which does not come before it",
                                       "nodes must be in topological order and reference earlier nodes")  # fmt: skip
         if isinstance(node, spec.InputNode) and node.dataset not in p.inputs:
-            yield ValidationError(
+            yield Violation(
                 entity,
                 where,
                 f"reads {node.dataset!r}, which is not in @inputs",
                 "add it to @inputs",
             )
         if isinstance(node, spec.UnionNode) and not node.inputs:
-            yield ValidationError(entity, where, "unions nothing", "union at least one stream")
+            yield Violation(entity, where, "unions nothing", "union at least one stream")
         if isinstance(node, spec.FilterNode) and (node.predicate is None) == (node.code is None):
-            yield ValidationError(
+            yield Violation(
                 entity, where, "needs exactly one of an expression or a function", "pass one"
             )
         if isinstance(node, spec.AssignNode) and any(
             (c.expr is None) == (c.code is None) for c in node.columns
         ):
-            yield ValidationError(
+            yield Violation(
                 entity,
                 where,
                 "each column needs exactly one of an expression or a function",
                 "pass one",
             )
         if isinstance(node, spec.JoinNode) and len(node.left_on) != len(node.right_on):
-            yield ValidationError(
+            yield Violation(
                 entity,
                 where,
                 "left_on and right_on differ in length",
                 "pair every left column with a right one",
             )
         if isinstance(node, spec.AggregateNode) and not node.aggs:
-            yield ValidationError(
-                entity, where, "aggregates nothing", "give at least one aggregation"
-            )
+            yield Violation(entity, where, "aggregates nothing", "give at least one aggregation")
         seen.add(node.id)
     if p.output not in seen:
-        yield ValidationError(
+        yield Violation(
             entity,
             "output",
             f"its output node {p.output!r} does not exist",
@@ -104,37 +102,35 @@ def check_pipeline(ds: spec.DatasetSpec, p: spec.PipelineSpec) -> Iterable[Valid
         )
 
 
-def check_extractor(fs: spec.FeaturesetSpec, ex: spec.ExtractorSpec) -> Iterable[ValidationError]:
+def check_extractor(fs: spec.FeaturesetSpec, ex: spec.ExtractorSpec) -> Iterable[Violation]:
     entity = f"{fs.name}.{ex.name}"
     for i in ex.inputs:
         if i.count(".") != 1 or not all(i.split(".")):
-            yield ValidationError(
+            yield Violation(
                 entity,
                 i,
                 f"input {i!r} is not a qualified feature name",
                 "name inputs as Featureset.feature",
             )
     if not ex.outputs:
-        yield ValidationError(
-            entity, "", "has no outputs", "name the features it computes with @outputs"
-        )
+        yield Violation(entity, "", "has no outputs", "name the features it computes with @outputs")
     needs = {"python": ex.code, "expr": ex.expr, "lookup": ex.lookup_dataset and ex.lookup_field,
              "alias": ex.inputs[0] if len(ex.inputs) == 1 else None}  # fmt: skip
     if not needs.get(ex.kind):
-        yield ValidationError(
+        yield Violation(
             entity,
             ex.kind,
             f"a {ex.kind} extractor lacks what it runs",
             "re-declare the feature or extractor",
         )
     if ex.featureset != fs.name:
-        yield ValidationError(
+        yield Violation(
             entity, "featureset", f"claims featureset {ex.featureset!r}", f"it belongs to {fs.name}"
         )
 
 
-def well_formed(commit: spec.CommitSpec) -> list[ValidationError]:
-    errors: list[ValidationError] = []
+def well_formed(commit: spec.CommitSpec) -> list[Violation]:
+    errors: list[Violation] = []
     errors += _duplicates("dataset", "commit", [d.name for d in commit.datasets])
     errors += _duplicates("featureset", "commit", [f.name for f in commit.featuresets])
     for ds in commit.datasets:
@@ -143,7 +139,7 @@ def well_formed(commit: spec.CommitSpec) -> list[ValidationError]:
         errors += _duplicates("pipeline", ds.name, [p.name for p in ds.pipelines])
         if ds.version < 1:
             errors.append(
-                ValidationError(
+                Violation(
                     ds.name, "version", f"version {ds.version} is below 1", "start versions at 1"
                 )
             )
@@ -155,6 +151,4 @@ def well_formed(commit: spec.CommitSpec) -> list[ValidationError]:
         errors += _duplicates("extractor", fs.name, [e.name for e in fs.extractors])
         for ex in fs.extractors:
             errors += check_extractor(fs, ex)
-    return [
-        e if e.entity else ValidationError("<unnamed>", e.where, e.message, e.fix) for e in errors
-    ]
+    return [e if e.entity else Violation("<unnamed>", e.where, e.message, e.fix) for e in errors]

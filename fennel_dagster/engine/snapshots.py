@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from fennel_dagster.engine.faults import maybe_crash
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 
 
@@ -28,8 +29,6 @@ class SnapshotStore:
     @property
     def client(self):  # type: ignore[no-untyped-def]
         if self._client is None:
-            from fennel_dagster.stack.s3 import s3_client
-
             self._client = s3_client(self.settings)
         return self._client
 

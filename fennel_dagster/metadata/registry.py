@@ -108,9 +108,7 @@ def clear_failure(conn: psycopg.Connection, job_hash: str, partition: int) -> No
 
 def failures(conn: psycopg.Connection) -> dict[tuple[str, int], JobFailure]:
     """(job hash, partition) -> why that partition stopped for good."""
-    rows = conn.execute(
-        "SELECT job_hash, partition, owner, reason FROM job_failures"
-    ).fetchall()
+    rows = conn.execute("SELECT job_hash, partition, owner, reason FROM job_failures").fetchall()
     return {(h, int(p)): JobFailure(h, int(p), o, r) for h, p, o, r in rows}
 
 

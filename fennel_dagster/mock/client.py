@@ -112,9 +112,7 @@ class MockClient:
 
     # ------------------------------------------------------------------ write path
 
-    def log(
-        self, target: Any, endpoint_or_df: Any, df: pd.DataFrame | None = None
-    ) -> LogResult:
+    def log(self, target: Any, endpoint_or_df: Any, df: pd.DataFrame | None = None) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel, or ``log(Dataset, df)``."""
         if df is None:
             name = getattr(target, "__fennel_dataset_name__", target)

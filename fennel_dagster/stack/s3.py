@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
 
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack import maven
 from fennel_dagster.stack.prereqs import require
@@ -23,29 +23,6 @@ LOGBACK = """<configuration>
   <root level="warn"><appender-ref ref="STDOUT"/></root>
 </configuration>
 """
-
-
-def s3_client(settings: Settings) -> Any:
-    """A boto3 S3 client for the configured endpoint (path-style, as S3Proxy expects)."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3",
-        endpoint_url=settings.s3_url,
-        aws_access_key_id=settings.s3_access_key,
-        aws_secret_access_key=settings.s3_secret_key,
-        region_name=settings.s3_region,
-        config=Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 3, "mode": "standard"},
-            # S3-compatible servers (S3Proxy among them) reject the newer default CRC headers.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            connect_timeout=3,
-            read_timeout=30,
-        ),
-    )
 
 
 class S3Server:

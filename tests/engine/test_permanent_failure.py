@@ -108,13 +108,17 @@ def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(
         monkeypatch.setitem(os.environ, k, v)
     get_settings.cache_clear()
     try:
+        from resources import FennelSettings, KafkaResource, MetadataStore
         from sensors.engine import engine_partition_run, job_partitions
 
         key = keepalive.partition_key(pipe, 0)
         with DagsterInstance.ephemeral() as instance:
             instance.add_dynamic_partitions(job_partitions.name, [key])
             result = engine_partition_run.execute_in_process(
-                partition_key=key, instance=instance, raise_on_error=False
+                partition_key=key,
+                instance=instance,
+                raise_on_error=False,
+                resources={"fennel": FennelSettings()},
             )
             assert not result.success
             failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
@@ -129,7 +133,11 @@ def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(
             # and the dataset's asset shows it: the stream-health observation names the reason
             from sensors.health import stream_health
 
-            observed = stream_health(build_sensor_context(instance=instance))
+            context = build_sensor_context(
+                instance=instance,
+                resources={"metadata": MetadataStore(), "kafka": KafkaResource()},
+            )
+            observed = stream_health(context)
             assert isinstance(observed, SensorResult)
             spend = next(e for e in observed.asset_events or []
                          if e.asset_key.path[-1] == "Spend")  # fmt: skip

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
-from fennel_dagster.stack.s3 import s3_client
 
 pytestmark = pytest.mark.services
 

@@ -8,10 +8,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from fennel_dagster.batch.spark import spark_session
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack.kafka import HEALTH_TOPIC
-from fennel_dagster.stack.s3 import s3_client
-from fennel_dagster.stack.spark import jdbc_url, spark_session
+from fennel_dagster.stack.spark import jdbc_url
 
 pytestmark = pytest.mark.services
 

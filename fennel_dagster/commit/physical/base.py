@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from fennel_dagster.commit.blueprint import Blueprint
 from fennel_dagster.errors import CommitError
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 
 T = TypeVar("T")
@@ -117,7 +118,6 @@ class PhysicalAssets:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(body)
             return
-        from fennel_dagster.stack.s3 import s3_client
 
         client = s3_client(self.s)
         retry(f"creating S3 prefix {self._prefix(bp)}", lambda: client.put_object(
@@ -130,7 +130,6 @@ class PhysicalAssets:
             shutil.rmtree(root / prefix, ignore_errors=True)
             (root / self._marker(bp)).unlink(missing_ok=True)
             return
-        from fennel_dagster.stack.s3 import s3_client
 
         client = s3_client(self.s)
 
@@ -148,7 +147,6 @@ class PhysicalAssets:
         if self.s.s3_url is None:
             base = self.s.local_object_dir / self.s.s3_bucket
             return {str(p.relative_to(base)) for p in Path(base, root).rglob("*.fennel-asset")}
-        from fennel_dagster.stack.s3 import s3_client
 
         listed = s3_client(self.s).list_objects_v2(Bucket=self.s.s3_bucket, Prefix=root)
         return {o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".fennel-asset")}

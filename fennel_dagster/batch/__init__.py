@@ -1,0 +1,1 @@
+"""Batch: the same pipelines on Spark (PySpark) for backfill, replay and offline queries."""
