@@ -15,7 +15,9 @@ up: install
 
 test: install
 	$(VENV)/fennel-dagster stack up
-	$(VENV)/ruff check fennel_dagster assets sensors resources tests
+	$(VENV)/ruff check fennel_dagster assets sensors resources tests bench examples
+	$(VENV)/mypy fennel_dagster assets sensors resources
+	$(VENV)/lint-imports
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900
 
 down:

@@ -5,8 +5,13 @@ contender reads the same pre-produced events (JSON {uid, amount, ts}) from one t
 runs in processes of its own; throughput is events per CPU-second of the contender's
 processes (= events/s per core) and events per wall-second. Our engine runs the whole
 path: source job (parse + schema) -> pipeline (repartition by uid, Count + Sum over a 1 h
-continuous window, exactly once) -> index. Then, with the engine still running, the
-event->lookup freshness, and the warm and cold (state deleted, restored from S3) recovery.
+continuous window, exactly once), whose state serves lookups. Then, with the engine still
+running, the event->lookup freshness, and the warm and cold (state deleted, restored from
+S3) recovery.
+
+``--baseline REV`` also runs the engine of an earlier commit (a git worktree of REV, same
+venv) on the same events, for both repos of ``bench/stream_repos.py``: before/after rows of
+one run.
 """
 
 from __future__ import annotations
@@ -25,48 +30,17 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fennel_dagster import dataset, field, inputs, meta, pipeline, source
-from fennel_dagster.aggregate import Count, Sum
 from fennel_dagster.client import Client
+from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.sources import Kafka
-from fennel_dagster.window import Continuous
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def repo(topic: str) -> list[Any]:
-    @meta(owner="bench@example.com")
-    @source(Kafka(name="bench").topic(topic), disorder="1h", cdc="append")
-    @dataset
-    class BenchTxn:
-        uid: int
-        amount: float
-        ts: datetime
-
-    @meta(owner="bench@example.com")
-    @dataset(index=True)
-    class BenchAgg:
-        uid: int = field(key=True)
-        total: float
-        n: int
-        ts: datetime
-
-        @pipeline
-        @inputs(BenchTxn)
-        def agg(cls, txn):
-            return txn.groupby("uid").aggregate(
-                total=Sum(of="amount", window=Continuous("1h")), n=Count(window=Continuous("1h"))
-            )
-
-    return [BenchTxn, BenchAgg]
 
 
 def produce_events(s: Settings, topic: str, n: int, keys: int) -> None:
@@ -158,15 +132,18 @@ def run_pipe(s: Settings, kind: str, src: str, n: int) -> dict[str, float]:
 
 
 class Engine:
-    def __init__(self, s: Settings) -> None:
+    """``fennel-dagster engine`` in a process of its own; ``code``: run that checkout's code."""
+
+    def __init__(self, s: Settings, code: Path | None = None) -> None:
         self.s = s
+        self.code = code
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, **self.s.as_env()}
+        env = {**os.environ, **self.s.as_env(), **_pythonpath(self.code)}
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("fennel-dagster")), "engine", "--id", "bench-1"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [sys.executable, "-m", "fennel_dagster.cli.main", "engine", "--id", "bench-1"],
+            cwd=self.code or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
 
     def cpu(self) -> float:
@@ -180,8 +157,78 @@ class Engine:
             self.proc = None
 
 
+def _pythonpath(code: Path | None) -> dict[str, str]:
+    return {} if code is None else {"PYTHONPATH": str(code)}
+
+
+def commit_repo(s: Settings, repo: str, topic: str, code: Path | None) -> str:
+    """Commit ``repo`` (with ``code``'s client, so its engine reads its own plan format);
+    return the output dataset's topic, read from the asset bank (same in every version)."""
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('stream_repos', {str(ROOT / 'bench' / 'stream_repos.py')!r})\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "from fennel_dagster.client import Client\n"
+        f"Client().commit('bench', datasets=mod.REPOS[{repo!r}]({topic!r}))\n"
+    )  # fmt: skip
+    env = {**os.environ, **s.as_env(), **_pythonpath(code)}
+    res = subprocess.run([sys.executable, "-c", script], cwd=code or ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    if res.returncode != 0:
+        raise RuntimeError(f"commit of {repo} failed: {res.stderr[-2000:]}")
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT name FROM assets WHERE kind = 'topic' AND entity = 'BenchAgg' "
+            "AND spec->>'role' = 'dataset'"
+        ).fetchone()
+    assert row is not None, "BenchAgg has no dataset topic"
+    return str(row[0])
+
+
+def engine_throughput(
+    base: Settings, src: str, n: int, keys: int, repo: str, code: Path | None, tag: str
+) -> dict[str, float]:
+    """Events per CPU-second of an engine (``code``: an older checkout's) on ``repo``."""
+    name = f"{base.namespace}{tag}"
+    s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / tag)
+    topic = f"{name}.events"
+    admin = AdminClient({"bootstrap.servers": s.kafka_servers})
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(30)
+    out = commit_repo(s, repo, topic, code)
+    engine = Engine(s, code)
+    engine.start()
+    try:
+        # runners up: one warm-up event through the whole path, then measure from here
+        warm = {"uid": keys + 1, "amount": 1.0, "ts": (T0 - timedelta(minutes=1)).isoformat()}
+        p = Producer({"bootstrap.servers": s.kafka_servers})
+        p.produce(topic, json.dumps(warm).encode(), key=str(keys + 1).encode())
+        p.flush(10)
+        count_committed(s, out, 1, 300)
+        cpu0, t0 = engine.cpu(), time.monotonic()
+        copy_events(s, src, topic, n)
+        count_committed(s, out, n + 1, 1800)
+        wall, cpu = time.monotonic() - t0, engine.cpu() - cpu0
+    finally:
+        engine.stop()
+    return {"events/s": n / wall, "events/cpu-s": n / cpu, "wall": wall, "cpu": cpu}
+
+
+def baseline_checkout(rev: str) -> Path:
+    """A detached worktree of ``rev`` (its code runs on this venv: same dependencies)."""
+    path = Path(tempfile.mkdtemp(prefix="fd-baseline-")) / "code"
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT,
+                   check=True, capture_output=True)  # fmt: skip
+    return path
+
+
 def probe(
-    s: Settings, client: Client, topic: str, uid: int, timeout: float = 60, at: datetime | None = None
+    s: Settings,
+    client: Client,
+    topic: str,
+    uid: int,
+    timeout: float = 60,
+    at: datetime | None = None,
 ) -> float:
     """Seconds from producing one event (ts = ``at``, default now) to seeing it in a lookup."""
     p = Producer({"bootstrap.servers": s.kafka_servers, "linger.ms": 0})
@@ -207,6 +254,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--probes", type=int, default=50)
     ap.add_argument("--skip-quix", action="store_true")
+    ap.add_argument("--baseline", help="also run the engine of this git revision (before/after)")
     args = ap.parse_args()
     name = f"b{uuid.uuid4().hex[:8]}"
     state = Path(tempfile.mkdtemp(prefix="fd-bench-"))
@@ -230,12 +278,7 @@ def main() -> None:
     for f in admin.create_topics([NewTopic(src2, 1, 1)]).values():
         f.result(30)
     client = Client(s)
-    outcome = client.commit("bench", datasets=repo(src2))
-    del outcome
-    with client.conn.transaction():
-        out_topic = client.conn.execute(
-            "SELECT spec->'outputs'->>0 FROM jobs WHERE kind = 'pipeline'"
-        ).fetchone()[0]  # type: ignore[index]
+    out_topic = commit_repo(s, "keyless", src2, None)
     engine = Engine(s)
     engine.start()
     # runners up: measure from here (an event older than the bench's, so none of those is late)
@@ -263,6 +306,25 @@ def main() -> None:
     probe(s, client, src2, 20_000_002, timeout=300)
     cold_total = time.monotonic() - t0
     engine.stop()
+
+    compare: list[tuple[str, str, str]] = []
+    if args.baseline:
+        old = baseline_checkout(args.baseline)
+        try:
+            for repo in ("keyless", "keyed"):
+                after = f"{repo} input: this commit"
+                before = f"{repo} input: {args.baseline}"
+                rows[f"b: engine, {after}"] = engine_throughput(
+                    s, src, n, args.keys, repo, None, f"{repo[:4]}n"
+                )
+                rows[f"b: engine, {before}"] = engine_throughput(
+                    s, src, n, args.keys, repo, old, f"{repo[:4]}o"
+                )
+                compare.append((repo, f"b: engine, {after}", f"b: engine, {before}"))
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False
+            )
 
     a, b = rows["a: bare pipe, exactly-once"], rows["b: fennel_dagster engine, exactly-once"]
     c = rows.get("c: Quix Streams, exactly-once")
@@ -293,6 +355,9 @@ def main() -> None:
         lines.append(
             f"| Quix: exactly-once / at-least-once | {c['events/cpu-s'] / cl['events/cpu-s']:.2f} | |"
         )
+    for repo, after_key, before_key in compare:
+        ratio = rows[after_key]["events/cpu-s"] / rows[before_key]["events/cpu-s"]
+        lines.append(f"| {repo} input: this commit / {args.baseline} (per core) | {ratio:.2f} | |")
     p50 = statistics.median(fresh)
     p99 = fresh[min(len(fresh) - 1, int(0.99 * len(fresh)))]
     lines += ["", "| engine | value |", "|---|---:|",
