@@ -4,7 +4,7 @@
 #   make test  install everything, start the local stack, run the whole test suite
 VENV := .venv/bin
 
-.PHONY: install up test down status lint
+.PHONY: install up test down status lint bench
 
 install:
 	@bash scripts/install.sh
@@ -19,6 +19,14 @@ test: install
 	$(VENV)/mypy fennel_dagster assets sensors resources
 	$(VENV)/lint-imports
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900
+
+# the benchmarks (bench/README.md): the bench extra (Quix Streams, the peer) and the stack first
+bench:
+	FENNEL_EXTRAS=test,bench bash scripts/install.sh
+	$(VENV)/fennel-dagster stack up
+	$(VENV)/python -m bench.stream_bench --events 100000 --keys 1000 --probes 50 --baseline $(BASELINE)
+
+BASELINE ?= d1808a7
 
 down:
 	@[ ! -x $(VENV)/fennel-dagster ] || $(VENV)/fennel-dagster stack down

@@ -167,7 +167,8 @@ def commit_repo(s: Settings, repo: str, topic: str, code: Path | None) -> str:
     script = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('stream_repos', {str(ROOT / 'bench' / 'stream_repos.py')!r})\n"
-        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "mod = importlib.util.module_from_spec(spec); sys.modules['stream_repos'] = mod\n"
+        "spec.loader.exec_module(mod)\n"
         "from fennel_dagster.client import Client\n"
         f"Client().commit('bench', datasets=mod.REPOS[{repo!r}]({topic!r}))\n"
     )  # fmt: skip

@@ -42,7 +42,7 @@ else
 fi
 
 stamp=.venv/.fennel-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)-${FENNEL_EXTRAS:-test}"
 # Two attempts: a venv that vanished mid-install (a clean-up racing us) is made again.
 for attempt in 1 2; do
   [ -x .venv/bin/python ] || "${UV[@]}" venv -q -p "$PYTHON" .venv
@@ -50,7 +50,7 @@ for attempt in 1 2; do
     break
   fi
   echo "installing Python dependencies into .venv"
-  if "${UV[@]}" pip install -q -p .venv/bin/python -e '.[test]' && [ -x .venv/bin/python ]; then
+  if "${UV[@]}" pip install -q -p .venv/bin/python -e ".[${FENNEL_EXTRAS:-test}]" && [ -x .venv/bin/python ]; then
     echo "$want" > "$stamp"
     break
   fi
