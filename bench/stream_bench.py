@@ -332,7 +332,7 @@ def main() -> None:
     lines = [
         "# Streaming engine benchmark",
         "",
-        f"`python -m bench.stream_bench --events {n} --keys {args.keys}` on "
+        f"`python -m bench.stream_bench {' '.join(sys.argv[1:])}` on "
         f"{datetime.now(UTC):%Y-%m-%d}; 2 cores, 24 GiB; one Kafka broker (KRaft), one "
         "partition per topic; every contender reads the same pre-produced events.",
         "",
