@@ -40,7 +40,8 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
 from resources import FennelSettings
 
-job_partitions = DynamicPartitionsDefinition(name="fennel_job_partitions")
+JOB_PARTITIONS = "fennel_job_partitions"
+job_partitions = DynamicPartitionsDefinition(name=JOB_PARTITIONS)
 PARTITION_TAG = "fennel/partition"
 LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
         DagsterRunStatus.STARTED]  # fmt: skip
@@ -140,7 +141,7 @@ def engine_keepalive(
             keepalive.LiveRun(r.run_id, key, now - began, r.status == DagsterRunStatus.STARTED)
         )
     plan = keepalive.plan(
-        jobs, instance.get_dynamic_partitions(job_partitions.name), runs, beats, failed=failed
+        jobs, instance.get_dynamic_partitions(JOB_PARTITIONS), runs, beats, failed=failed
     )
     for run_id in plan.mark_failed:
         run = instance.get_run_by_id(run_id)
@@ -153,11 +154,11 @@ def engine_keepalive(
                    run_key=f"{k}@{datetime.now(UTC).isoformat()}")
         for k in plan.launch
     ]  # fmt: skip
-    dyn = []
+    dyn: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
     if plan.add_partitions:
-        dyn.append(AddDynamicPartitionsRequest(job_partitions.name, plan.add_partitions))
+        dyn.append(AddDynamicPartitionsRequest(JOB_PARTITIONS, plan.add_partitions))
     if plan.delete_partitions:
-        dyn.append(DeleteDynamicPartitionsRequest(job_partitions.name, plan.delete_partitions))
+        dyn.append(DeleteDynamicPartitionsRequest(JOB_PARTITIONS, plan.delete_partitions))
     if not requests and not dyn and not plan.mark_failed and not plan.terminate:
         return SkipReason(f"{len(runs)} engine runs alive; nothing to do")
     context.log.info(

@@ -73,9 +73,9 @@ def _newest(servers: str, topic: str, ends: dict[int, int], ts_field: str) -> st
             if m is None:
                 break
             if m.error():
-                done.add(m.partition())
+                done.add(m.partition() or 0)
                 continue
-            ts = json.loads(m.value()).get(ts_field)
+            ts = json.loads(m.value() or b"{}").get(ts_field)
             if isinstance(ts, str) and (newest is None or ts > newest):
                 newest = ts
         return newest

@@ -314,8 +314,9 @@ class PipelineExecutor:
                 emitted.append({**prev["row"], ts: recs[i][ts], col: True})
             if not gone[i]:
                 emitted.append({**recs[i], col: False})
-            latest[k] = {"t": stamps[i], "seq": seqs[i], "row": None if gone[i] else recs[i]}
-            wb.put(ns, k, dumps(latest[k]))
+            now = {"t": stamps[i], "seq": seqs[i], "row": None if gone[i] else recs[i]}
+            latest[k] = now
+            wb.put(ns, k, dumps(now))
         out = pd.DataFrame(emitted, columns=[*cols, col])
         for c in cols:
             if pd.api.types.is_datetime64_any_dtype(df[c]):
