@@ -112,11 +112,22 @@ class MockClient:
 
     # ------------------------------------------------------------------ write path
 
-    def log(self, target: Any, endpoint_or_df: Any, df: pd.DataFrame | None = None) -> LogResult:
+    def log(
+        self,
+        target: DatasetRef,
+        endpoint_or_df: str | pd.DataFrame,
+        df: pd.DataFrame | None = None,
+    ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel, or ``log(Dataset, df)``."""
         if df is None:
-            name = getattr(target, "__fennel_dataset_name__", target)
-            return self._ingest(self._dataset(name), endpoint_or_df, from_source=True)
+            if not isinstance(endpoint_or_df, pd.DataFrame):
+                raise MockError(
+                    f"log({target!r}, {endpoint_or_df!r}) has no rows: pass a DataFrame, as "
+                    "log(Dataset, df) or log('webhook', 'endpoint', df)"
+                )
+            return self._ingest(
+                self._dataset(dataset_name(target)), endpoint_or_df, from_source=True
+            )
         hits = [
             (ds, s) for ds in self.datasets.values() for s in ds.sources
             if s.connector.kind == "webhook" and s.connector.name == target
@@ -180,8 +191,8 @@ class MockClient:
 
     # ------------------------------------------------------------------ read path
 
-    def get_dataset_df(self, name: Any) -> pd.DataFrame:
-        ds = self._dataset(getattr(name, "__fennel_dataset_name__", name))
+    def get_dataset_df(self, name: DatasetRef) -> pd.DataFrame:
+        ds = self._dataset(dataset_name(name))
         parts = self._rows.get(ds.name) or []
         if not parts:
             return pd.DataFrame({f.name: pd.Series(dtype=object) for f in ds.fields})
