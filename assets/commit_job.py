@@ -11,8 +11,12 @@ import base64
 import getpass
 
 from dagster import Config, OpExecutionContext, job, op
+from dagster_graphql import DagsterGraphQLClient
 
+from fennel_dagster.client import Client
 from fennel_dagster.commit import requests
+from fennel_dagster.settings import get_settings
+from fennel_dagster.wire import decode
 
 LOCATION = "fennel_dagster"
 
@@ -27,9 +31,6 @@ class CommitConfig(Config):  # type: ignore[misc]
 
 @op(required_resource_keys={"fennel"})
 def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: ignore[type-arg]
-    from fennel_dagster.client import Client
-    from fennel_dagster.wire import decode
-
     settings = context.resources.fennel.settings()
     with Client(settings) as client:
         request_id = config.request_id
@@ -62,10 +63,6 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
 
 def reload_location(context: OpExecutionContext) -> None:
     """New assets appear without a restart: ask the webserver to reload this code location."""
-    from dagster_graphql import DagsterGraphQLClient
-
-    from fennel_dagster.settings import get_settings
-
     s = get_settings()
     try:
         DagsterGraphQLClient(s.host, port_number=s.dagster_port).reload_repository_location(

@@ -30,6 +30,8 @@ from dagster import (
     multi_asset,
 )
 
+from fennel_dagster.client import Client
+from fennel_dagster.commit import branches
 from fennel_dagster.commit.catalog import (
     BranchCatalog,
     asset_path,
@@ -37,7 +39,9 @@ from fennel_dagster.commit.catalog import (
     describe,
     featureset_deps,
 )
+from fennel_dagster.commit.requests import outcome_json
 from fennel_dagster.declare.dtypes import render
+from fennel_dagster.quality.expectations import run, sample
 from fennel_dagster.wire import spec
 
 KIND_ORDER = ("kafka", "rocksdb", "spark")
@@ -150,10 +154,6 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
         required_resource_keys={"fennel"},
     )
     def commit_branch(context: AssetExecutionContext) -> Iterator[MaterializeResult]:
-        from fennel_dagster.client import Client
-        from fennel_dagster.commit import branches
-        from fennel_dagster.commit.requests import outcome_json
-
         settings = context.resources.fennel.settings()
         t0 = time.monotonic()
         with Client(settings, branch=branch) as client:
@@ -224,8 +224,6 @@ def _check(cat: BranchCatalog, ds: spec.DatasetSpec) -> AssetChecksDefinition:
         blocking=False,
     )
     def expectations(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        from fennel_dagster.quality.expectations import run, sample
-
         assert ds.expectations is not None
         df = sample(context.resources.kafka.servers(), topic or "", ds) if topic else None
         if df is None or df.empty:

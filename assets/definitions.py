@@ -11,6 +11,10 @@ from dagster import Definitions
 
 from assets.commit_job import fennel_commit
 from assets.datasets import branch_assets, expectation_checks
+from fennel_dagster.commit import catalog
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.settings import get_settings
 from resources import resources
 from sensors.commit import commit_requests
 from sensors.engine import engine_keepalive, engine_partition_run
@@ -20,11 +24,6 @@ log = logging.getLogger("fennel_dagster.assets")
 
 
 def committed_assets() -> tuple[list, list]:  # type: ignore[type-arg]
-    from fennel_dagster.commit import catalog
-    from fennel_dagster.metadata.db import connect
-    from fennel_dagster.metadata.migrate import migrate
-    from fennel_dagster.settings import get_settings
-
     s = get_settings()
     try:
         with connect(s, s.pg_schema) as conn:

@@ -26,7 +26,7 @@ from fennel_dagster.api import (
     now_for,
     refuse_no_backfill,
 )
-from fennel_dagster.commit import bank, branches, janitor, protocol
+from fennel_dagster.commit import bank, branches, janitor, protocol, requests
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff, render
@@ -140,8 +140,6 @@ class Client:
 
     def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> dict[str, Any]:
         """Record a commit request, let Dagster's commit run carry it out, stream progress."""
-        from fennel_dagster.commit import requests
-
         rid = requests.submit(self.conn, branch, request.message, self.author, encode(request))
         print(f"commit request {rid} recorded; waiting for its Dagster run", flush=True)
         return requests.wait(

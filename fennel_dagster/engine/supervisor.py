@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 
+from fennel_dagster.engine.lookup_server import Followers, serve
+from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -34,8 +36,6 @@ Key = tuple[str, int]
 
 def _runner_main(settings: Settings, job_json: str, partition: int, owner: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from fennel_dagster.engine.runner import run_forever
-
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -140,8 +140,6 @@ class Supervisor:
 
     def start_lookups(self) -> None:
         """Serve lookups of owned partitions; the address goes into the engines table."""
-        from fennel_dagster.engine.lookup_server import Followers, serve
-        from fennel_dagster.engine.runner import state_path
 
         def owned(job_hash: str, partition: int) -> JobRow | None:
             run = self.runners.get((job_hash, partition))

@@ -11,7 +11,10 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from fennel_dagster.commit.blueprint import Blueprint
 from fennel_dagster.errors import CommitError
@@ -42,14 +45,12 @@ class PhysicalAssets:
     def __init__(self, settings: Settings, attempts: int = 4) -> None:
         self.s = settings
         self.attempts = attempts
-        self._admin: Any = None
+        self._admin: AdminClient | None = None
 
     # ---------------------------------------------------------------- kafka
 
-    def admin(self) -> Any:
+    def admin(self) -> AdminClient:
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
             self._admin = AdminClient(
                 {
                     "bootstrap.servers": self.s.kafka_servers,
@@ -66,9 +67,6 @@ class PhysicalAssets:
         return {t for t in meta.topics if t.startswith(prefix)}
 
     def _create_topic(self, bp: Blueprint) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import NewTopic
-
         spec = bp.spec_dict()
         topic = NewTopic(bp.name, int(spec["partitions"]), 1, config=dict(spec.get("configs", {})))
 
@@ -87,8 +85,6 @@ class PhysicalAssets:
         )
 
     def _delete_topic(self, bp: Blueprint) -> None:
-        from confluent_kafka import KafkaException
-
         def delete() -> None:
             fut = self.admin().delete_topics([bp.name], operation_timeout=10, request_timeout=10)[
                 bp.name
