@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
+from botocore.config import Config
+
 from fennel_dagster.settings import Settings
 
 
 def s3_client(settings: Settings) -> Any:
     """A boto3 S3 client for the configured endpoint (path-style, as S3Proxy expects)."""
-    import boto3
-    from botocore.config import Config
-
     return boto3.client(
         "s3",
         endpoint_url=settings.s3_url,

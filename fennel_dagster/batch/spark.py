@@ -34,7 +34,7 @@ def spark_conf(settings: Settings, app: str = "fennel-dagster") -> dict[str, str
 
 def spark_session(settings: Settings, app: str = "fennel-dagster") -> Any:
     """A SparkSession (``local[*]`` by default) configured by :func:`spark_conf`."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # pyspark is slow to import: only sessions pay
 
     os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
     builder = SparkSession.builder

@@ -21,7 +21,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fennel_dagster.engine.supervisor import Supervisor
+    from fennel_dagster.engine.supervisor import (
+        Supervisor,  # keeps `--help` and other commands fast
+    )
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = get_settings()
