@@ -8,13 +8,13 @@ job-registry row written at the commit point.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from tenacity import Retrying, stop_after_attempt, wait_exponential
 
 from fennel_dagster.commit.blueprint import Blueprint
 from fennel_dagster.errors import CommitError
@@ -29,16 +29,16 @@ class AssetStoreError(CommitError, RuntimeError):
 
 
 def retry(what: str, fn: Callable[[], T], attempts: int = 4, first_delay: float = 0.2) -> T:
-    delay = first_delay
-    for i in range(attempts):
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 - Kafka/S3 clients raise many types
-            if i == attempts - 1:
-                raise AssetStoreError(f"{what} failed after {attempts} attempts: {e}") from e
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
+    """``fn`` with exponential backoff (Kafka and S3 clients raise many types, all retried);
+    after ``attempts`` tries an ``AssetStoreError`` naming ``what``."""
+    try:
+        return Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=first_delay, min=first_delay, max=10.0),
+            reraise=True,
+        )(fn)
+    except Exception as e:
+        raise AssetStoreError(f"{what} failed after {attempts} attempts: {e}") from e
 
 
 class PhysicalAssets:
