@@ -67,8 +67,8 @@ class EntityGraph:
                 self._add(fn, f"feature:{fs.name}.{f.name}", "has")
             for ex in fs.extractors:
                 en = f"extractor:{fs.name}.{ex.name}"
-                for i in ex.inputs:
-                    self._add(f"feature:{i}", en, "reads")
+                for feature in ex.inputs:
+                    self._add(f"feature:{feature}", en, "reads")
                 for o in ex.outputs:
                     self._add(en, f"feature:{fs.name}.{o}", "derives")
                 for dep in ex.deps:

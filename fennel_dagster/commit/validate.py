@@ -197,8 +197,8 @@ def _cycles(g: EntityGraph) -> Iterable[Violation]:
                                       "break the cycle: one of these features must be an input, not computed from the others")  # fmt: skip
             return
         state[feature] = 1
-        ex = producers.get(feature)
-        for dep in ex.inputs if ex else ():
+        maker = producers.get(feature)
+        for dep in maker.inputs if maker else ():
             if dep in producers:
                 yield from visit(dep, [*path, feature])
         state[feature] = 2

@@ -101,7 +101,7 @@ class Stddev(Aggregation):
 
 
 class LastK(Aggregation):
-    kind = "lastk"
+    kind: spec.AggKind = "lastk"
 
     def __init__(
         self,
@@ -118,7 +118,7 @@ class LastK(Aggregation):
 class FirstK(LastK):
     """The first ``limit`` values in event-time order (LastK's mirror image)."""
 
-    kind = "firstk"
+    kind: spec.AggKind = "firstk"
 
 
 class Distinct(Aggregation):

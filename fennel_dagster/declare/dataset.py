@@ -50,8 +50,8 @@ def inputs(*items: Any) -> Callable[[T], T]:
     """``@inputs(Txn, User)`` on a pipeline; ``@inputs("uid")`` on an extractor."""
 
     def mark(fn: T) -> T:
-        target = getattr(fn, "__func__", fn)
-        target.__fennel_inputs__ = items  # type: ignore[attr-defined]
+        target: Any = getattr(fn, "__func__", fn)
+        target.__fennel_inputs__ = items
         return fn
 
     return mark
@@ -94,7 +94,8 @@ def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
     decls = {n: cls.__dict__.get(n) for n in own}
     fields = []
     for n in own:
-        d = decls[n] if isinstance(decls[n], Field) else Field()
+        found = decls[n]
+        d = found if isinstance(found, Field) else Field()
         dtype = to_dtype(hints[n], f"{name}.{n}")
         if d.key and isinstance(dtype, spec.OptionalType):
             raise DeclarationError(

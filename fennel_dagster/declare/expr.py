@@ -6,6 +6,7 @@ When``), so expressions serialise, hash and compile to pandas or Spark without P
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from typing import Any
 
@@ -142,7 +143,7 @@ class Expr:
     def struct(self) -> _StructNs:
         return _StructNs(self)
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:  # `str` here is the .str namespace above
         return f"Expr({self.node!r})"
 
 

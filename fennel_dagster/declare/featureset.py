@@ -44,8 +44,8 @@ def feature(ref: Any = None, default: Any = None, version: int = 0, description:
 
 def outputs(*items: Any) -> Callable[[T], T]:
     def mark(fn: T) -> T:
-        target = getattr(fn, "__func__", fn)
-        target.__fennel_outputs__ = items  # type: ignore[attr-defined]
+        target: Any = getattr(fn, "__func__", fn)
+        target.__fennel_outputs__ = items
         return fn
 
     return mark

@@ -14,8 +14,8 @@ def meta(
     owner: str = "", description: str = "", tags: list[str] | None = None, deleted: bool = False
 ) -> Callable[[T], T]:
     def mark(obj: T) -> T:
-        target = getattr(obj, "__func__", obj)
-        target.__fennel_meta__ = spec.MetaSpec(  # type: ignore[attr-defined]
+        target: Any = getattr(obj, "__func__", obj)
+        target.__fennel_meta__ = spec.MetaSpec(
             owner=owner, description=description, tags=tuple(sorted(tags or ())), deleted=deleted
         )
         return obj

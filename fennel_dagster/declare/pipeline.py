@@ -34,7 +34,7 @@ class PipelineBuilder:
 
 
 def _names(cols: tuple[Any, ...] | list[Any], where: str) -> tuple[str, ...]:
-    out = []
+    out: list[str] = []
     for c in cols:
         if isinstance(c, list | tuple):
             out.extend(_names(c, where))
@@ -211,7 +211,7 @@ class GroupBy:
             self._node.id,
             self._keys,
             tuple(specs),
-            emit,
+            "eager" if emit == "eager" else "final",
             along,  # type: ignore[arg-type]
         )
         return b.add(node)

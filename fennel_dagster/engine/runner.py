@@ -494,7 +494,7 @@ def run_forever(
         retry=retry_if_not_exception_type((Fenced, PermanentJobError)),
         wait=wait_exponential(multiplier=0.5, max=10.0),
         stop=stop_when_event_set(stop),
-        sleep=stop.wait,
+        sleep=lambda seconds: None if stop.wait(seconds) else None,  # wakes on stop
         before_sleep=lambda state: log.warning(
             "%s.p%d: runner failed (%s); restarting in %.1fs",
             job.name,

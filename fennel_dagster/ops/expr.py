@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,7 @@ import pandas as pd
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.wire import spec
 
-Series = pd.Series
+Series: TypeAlias = pd.Series
 
 
 class ExprError(ExecutionError, ValueError):

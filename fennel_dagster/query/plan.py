@@ -32,7 +32,7 @@ def _producers(featuresets: Iterable[spec.FeaturesetSpec]) -> dict[str, spec.Ext
 def _expand(names: Sequence[str], featuresets: Sequence[spec.FeaturesetSpec]) -> list[str]:
     """``"User"`` means every feature of featureset User."""
     by_name = {fs.name: fs for fs in featuresets}
-    out = []
+    out: list[str] = []
     for n in names:
         if "." not in n and n in by_name:
             out.extend(f"{n}.{f.name}" for f in by_name[n].features)
