@@ -215,7 +215,7 @@ def test_a_second_grouping_by_other_keys_is_refused_with_its_fix() -> None:
         assert expected in errors, errors
 
 
-def test_a_branch_beside_the_repartition_is_refused_with_its_fix() -> None:
+def _two_branches(small_first: bool) -> list[type]:
     Txn = _txn()
 
     @meta(owner=OWNER)
@@ -228,23 +228,34 @@ def test_a_branch_beside_the_repartition_is_refused_with_its_fix() -> None:
         @pipeline
         @inputs(Txn)
         def agg(cls, txn):
-            big = txn.filter(lambda df: df["amount"] > 10)
-            small = txn.filter(lambda df: df["amount"] <= 10)
-            grouped = big.groupby("uid").aggregate(total=Sum(of="amount", window=Continuous("1d")))
-            return grouped.union(small.groupby("uid").aggregate(
-                total=Sum(of="amount", window=Continuous("1d"))))  # fmt: skip
-
-    errors = [e for e in _rejected([Txn, Spend]) if e.startswith("Spend.agg (operator")]
-    assert errors and all(
-        e.endswith(
-            (
-                "move the branch after the keyed operator, or into a pipeline of its own",
-                "instead",
-                "second pipeline",
+            if small_first:
+                small = txn.filter(lambda df: df["amount"] <= 10)
+                big = txn.filter(lambda df: df["amount"] > 10)
+            else:
+                big = txn.filter(lambda df: df["amount"] > 10)
+                small = txn.filter(lambda df: df["amount"] <= 10)
+            window = Continuous("1d")
+            grouped = big.groupby("uid").aggregate(total=Sum(of="amount", window=window))
+            return grouped.union(
+                small.groupby("uid").aggregate(total=Sum(of="amount", window=window))
             )
-        )  # fmt: skip
-        for e in errors
-    ), errors
+
+    return [Txn, Spend]
+
+
+def test_a_node_reading_from_before_the_repartition_is_refused_with_its_fix() -> None:
+    assert _rejected(_two_branches(small_first=False)) == [
+        "Spend.agg (operator n2): reads n0, which is before the repartition at n1 (the input "
+        "of n3): read from n3 or a node after it instead"
+    ]
+
+
+def test_a_branch_beside_the_repartition_is_refused_with_its_fix() -> None:
+    assert _rejected(_two_branches(small_first=True), mock=True) == [
+        "Spend.agg (operator n1): runs beside the input of the keyed operator n3 (n2); the "
+        "engine repartitions at that operator, so every node before it must feed it: move the "
+        "branch after the keyed operator, or into a pipeline of its own"
+    ]
 
 
 @pytest.mark.parametrize(
