@@ -1,0 +1,25 @@
+"""How a runner can fail, by what the runner does about it.
+
+- ``Fenced``: a newer runner owns the partition: stop, touch nothing.
+- ``RecoveryError``: something is not there yet (a topic, replaylog markers): retry.
+- ``PermanentJobError``: retrying would fail the same way: stop and record why.
+Anything else (Kafka, Postgres, S3 errors) is transient and retried with backoff.
+"""
+
+from __future__ import annotations
+
+from fennel_dagster.errors import EngineError
+
+
+class Fenced(EngineError, RuntimeError):
+    """A newer runner took over this partition: stop without touching state."""
+
+
+class RecoveryError(EngineError, RuntimeError):
+    """Recovery could not finish yet (a missing topic, a slow replaylog): retried."""
+
+
+class PermanentJobError(EngineError):
+    """A job partition that cannot run as committed (its spec cannot be built, or its logic
+    raised on a batch: ``process`` is deterministic, so a retry would raise again). The
+    runner stops and records the reason in the registry instead of retrying forever."""

@@ -1,0 +1,81 @@
+"""The Kafka clients a runner uses, configured for exactly-once in one place.
+
+Consumers read ``read_committed`` and never commit offsets themselves (offsets go into the
+producer's transaction); producers are idempotent and transactional with a stable
+``transactional.id`` per job partition, so a restarted runner fences the old one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from fennel_dagster.engine.failures import RecoveryError
+from fennel_dagster.engine.messages import InMessage
+from fennel_dagster.settings import Settings
+
+# produce() after a fencing reports only "fatal"; all of these mean: a newer runner owns it
+FENCED_CODES = {
+    getattr(KafkaError, name)
+    for name in (
+        "_FENCED",
+        "_FATAL",
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    )
+    if hasattr(KafkaError, name)
+}
+
+
+def consumer(settings: Settings, group: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": settings.kafka_servers,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+        "fetch.min.bytes": 1,
+        **extra,
+    }
+    return Consumer(conf)
+
+
+def transactional_producer(settings: Settings, txn_id: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": settings.kafka_servers,
+            "transactional.id": txn_id,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "transaction.timeout.ms": 60_000,
+            "message.max.bytes": 10_000_000,
+        }
+    )
+
+
+def topic_partitions(settings: Settings, topic: str, job: str, wait_s: float = 60) -> int:
+    """The partition count of ``topic``, waiting up to ``wait_s`` for it to appear."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
+    deadline = time.monotonic() + wait_s
+    while True:
+        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            return len(md.partitions)
+        if time.monotonic() > deadline:
+            raise RecoveryError(
+                f"job {job}: input topic {topic!r} does not exist; create it "
+                "(or produce to it) and the runner will start"
+            )
+        time.sleep(1)
+
+
+def in_message(msg: Message) -> InMessage:
+    ts = msg.timestamp()
+    return InMessage(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
+                     msg.value(), ts[1] if ts else 0)  # fmt: skip

@@ -1,0 +1,179 @@
+"""Recovery of one job partition's state: local hangar, else newest snapshot, then replay.
+
+The replaylog holds a marker per committed batch naming its input ranges. Markers the state
+does not reflect yet are replayed from the input topics into state only (their outputs were
+committed already), until the state's offsets equal the consumer group's committed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from fennel_dagster.engine import kafka_clients
+from fennel_dagster.engine.failures import RecoveryError
+from fennel_dagster.engine.faults import maybe_crash
+from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.snapshots import SnapshotStore
+from fennel_dagster.ops.state import OverlayReader, WriteBatch
+from fennel_dagster.settings import Settings
+
+TP = tuple[str, int]
+Process = Callable[[list[InMessage], OverlayReader], Iteration]
+
+
+@dataclass
+class Replayed:
+    batches: int = 0
+    messages: int = 0
+
+
+def open_state(
+    store: SnapshotStore, path: Path, job: str, partition: int
+) -> tuple[Hangar, str | None]:
+    """The partition's hangar: the local one if it finished opening before, else restored
+    from the newest snapshot (or empty). Returns the snapshot key it restored, if any."""
+    for stale in path.parent.glob(f".{path.name}.ckpt-*"):
+        shutil.rmtree(stale, ignore_errors=True)  # a snapshot a crash interrupted
+    ready = path / ".ready"
+    restored = None
+    if not ready.exists():
+        if path.exists():
+            shutil.rmtree(path)
+        restored = store.restore_latest(job, partition, path)
+        path.mkdir(parents=True, exist_ok=True)
+        ready.touch()
+    return Hangar(path), restored
+
+
+class Recovery:
+    """Brings a hangar up to the committed offsets of its job partition."""
+
+    def __init__(
+        self, settings: Settings, job: str, partition: int, replaylog: str | None, process: Process
+    ) -> None:
+        self.settings = settings
+        self.job = job
+        self.partition = partition
+        self.replaylog = replaylog
+        self.process = process
+        self.replayed = Replayed()
+
+    def run(self, hangar: Hangar, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
+        """Replay committed-but-unapplied batches into state; return where to consume from.
+
+        Markers are read under read_committed, which stops at the replaylog's last stable
+        offset: another partition's open transaction can hide our newest markers for a
+        moment, so we read again until the state reaches the group's committed offsets.
+        """
+        deadline = time.monotonic() + 120
+        while True:
+            if self.replaylog is not None:
+                self._replay(hangar)
+            committed = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+            }
+            mine = hangar.offsets()
+            behind = [
+                (t, p, mine.get((t, p)), committed[(t, p)])
+                for t, p in tps
+                if committed.get((t, p), -1) >= 0 and mine.get((t, p), -1) < committed[(t, p)]
+            ]
+            if not behind or self.replaylog is None:
+                break
+            if time.monotonic() > deadline:
+                raise RecoveryError(
+                    f"job {self.job} p{self.partition}: state is behind the committed "
+                    f"offsets {behind} and the replaylog has no markers for the gap"
+                )
+            time.sleep(0.2)
+        starts = []
+        for t, p in tps:
+            start = mine.get((t, p), committed.get((t, p), -1))
+            starts.append(TopicPartition(t, p, start if start >= 0 else OFFSET_BEGINNING))
+        return starts
+
+    def _replay(self, hangar: Hangar) -> None:
+        applied = hangar.offsets()
+        hint = hangar.marker()
+        markers = self._read_markers(-1 if hint is None else hint + 1)
+        reader_c = kafka_clients.consumer(self.settings, f"{self.job}.replay")
+        try:
+            for offset, marker in markers:
+                ranges = [(t, int(p), int(a), int(b)) for t, p, a, b in marker["ranges"]]
+                if all(applied.get((t, p), -1) > b for t, p, _, b in ranges):
+                    continue
+                pending = WriteBatch()
+                reader = OverlayReader(hangar, pending)
+                for t, p, a, b in ranges:
+                    msgs = self._read_range(reader_c, t, p, a, b)
+                    it = self.process(msgs, reader)
+                    if it.writes is not None:
+                        pending.puts.update(it.writes.puts)
+                    self.replayed.messages += len(msgs)
+                maybe_crash("mid_replay")
+                new = {(t, p): b + 1 for t, p, _, b in ranges}
+                hangar.apply(pending, new, offset)
+                applied.update(new)
+                self.replayed.batches += 1
+        finally:
+            reader_c.close()
+
+    def _read_markers(self, start: int) -> list[tuple[int, dict[str, Any]]]:
+        """Committed markers of this partition in the replaylog from ``start``."""
+        assert self.replaylog is not None
+        c = kafka_clients.consumer(
+            self.settings, f"{self.job}.replay", **{"enable.partition.eof": True}
+        )
+        out: list[tuple[int, dict[str, Any]]] = []
+        try:
+            c.assign([TopicPartition(self.replaylog, 0, start if start >= 0 else OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                msg = c.poll(1.0)
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    raise KafkaException(err)
+                marker = json.loads(msg.value() or b"{}")
+                if marker.get("p") == self.partition:
+                    out.append((msg.offset() or 0, marker))
+            raise RecoveryError(f"job {self.job}: reading replaylog {self.replaylog} timed out")
+        finally:
+            c.close()
+
+    def _read_range(
+        self, c: Consumer, topic: str, part: int, first: int, last: int
+    ) -> list[InMessage]:
+        c.assign([TopicPartition(topic, part, first)])
+        out: list[InMessage] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for msg in c.consume(1000, 1.0):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                offset = msg.offset() or 0
+                if offset > last:
+                    return out
+                out.append(kafka_clients.in_message(msg))
+                if offset == last:
+                    return out
+        raise RecoveryError(
+            f"job {self.job} p{self.partition}: replay of {topic}[{part}] "
+            f"{first}..{last} did not finish; were the input's messages deleted by retention?"
+        )

@@ -1,0 +1,96 @@
+"""When a runner snapshots its hangar: every ``engine_snapshot_interval_s`` while it has
+new writes, on request, and on a graceful stop. The RocksDB checkpoint is taken in the
+runner's thread (fast, consistent with the applied offsets); the tar + upload + retention
+prune run in a background thread, one at a time, so the loop never waits on S3."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.snapshots import SnapshotStore
+
+log = logging.getLogger("fennel_dagster.engine.snapshotting")
+
+
+class Snapshotter:
+    def __init__(
+        self,
+        store: SnapshotStore,
+        job: str,
+        partition: int,
+        path: Path,
+        interval_s: float,
+        keep: int,
+        on_uploaded: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.job = job
+        self.partition = partition
+        self.path = path
+        self.interval_s = interval_s
+        self.keep = keep
+        self.on_uploaded = on_uploaded
+        self.dirty = False  # writes applied since the last snapshot
+        self.done = threading.Event()  # set after a requested snapshot is stored
+        self._requested = threading.Event()
+        self._upload: threading.Thread | None = None
+        self._last = time.monotonic()
+        self._taken = 0
+
+    def request(self) -> None:
+        """Ask the running loop (another thread) for a snapshot now; see ``done``."""
+        self.done.clear()
+        self._requested.set()
+
+    def tick(self, hangar: Hangar) -> None:
+        """Called by the loop after each batch: a requested or a due snapshot."""
+        if self._requested.is_set():
+            self._requested.clear()
+            self.now(hangar)
+        else:
+            self._maybe(hangar)
+
+    def now(self, hangar: Hangar) -> None:
+        """A snapshot of the current state, stored before returning."""
+        self.join()
+        self.dirty = True
+        self._maybe(hangar, force=True)
+        self.join()
+        self.done.set()
+
+    def join(self) -> None:
+        if self._upload is not None:
+            self._upload.join()
+
+    def _maybe(self, hangar: Hangar, force: bool = False) -> None:
+        due = time.monotonic() - self._last >= self.interval_s
+        busy = self._upload is not None and self._upload.is_alive()
+        if not self.dirty or not (due or force) or busy:
+            return
+        marker = hangar.marker()
+        ck = self.path.parent / f".{self.path.name}.ckpt-{os.getpid()}-{self._taken}"
+        hangar.checkpoint(ck)
+        self._taken += 1
+        self._last = time.monotonic()
+        self.dirty = False
+
+        def upload() -> None:
+            try:
+                self.store.upload(self.job, self.partition, marker, ck)
+                self.store.prune(self.job, self.partition, self.keep)
+                self.on_uploaded()
+            except Exception:  # noqa: BLE001 - the next snapshot retries; state is safe locally
+                log.exception("%s p%d: snapshot upload failed", self.job, self.partition)
+            finally:
+                shutil.rmtree(ck, ignore_errors=True)
+
+        name = f"snapshot-{self.job}.p{self.partition}"
+        self._upload = threading.Thread(target=upload, name=name, daemon=True)
+        self._upload.start()
