@@ -2,6 +2,9 @@
 
 from dagster import Definitions
 
+from resources import FennelSettings
 from sensors.engine import engine_keepalive, engine_partition_run
 
-defs = Definitions(jobs=[engine_partition_run], sensors=[engine_keepalive])
+defs = Definitions(
+    jobs=[engine_partition_run], sensors=[engine_keepalive], resources={"fennel": FennelSettings()}
+)
