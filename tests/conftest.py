@@ -37,6 +37,16 @@ def unique_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def spark(live_stack: Settings) -> Iterator[object]:
+    """One Spark session for the whole suite: a JVM start costs seconds."""
+    from fennel_dagster.batch.spark import spark_session
+
+    session = spark_session(live_stack, app="fennel-dagster-tests")
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def kafka_admin(live_stack: Settings) -> Iterator[object]:
     from confluent_kafka.admin import AdminClient

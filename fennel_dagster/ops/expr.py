@@ -69,7 +69,8 @@ def _or(args: list[Series]) -> Series:
 
 def _elementwise(fn: Callable[..., Any]) -> Callable[[Series, list[Any]], Series]:
     def run(s: Series, params: list[Any]) -> Series:
-        return s.map(lambda v: None if _isnull(v) else fn(v, *params))
+        # as objects: a nullable Int64 column would otherwise hand floats to ``fn``
+        return s.astype(object).map(lambda v: None if _isnull(v) else fn(v, *params))
 
     return run
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack.kafka import HEALTH_TOPIC
@@ -17,13 +15,11 @@ from fennel_dagster.stack.spark import jdbc_url
 pytestmark = pytest.mark.services
 
 
-@pytest.fixture(scope="module")
-def spark(live_stack: Settings) -> Iterator[Any]:
-    session = spark_session(live_stack, app="test-spark")
-    assert session.conf.get("spark.sql.shuffle.partitions") == "2"
-    assert session.sparkContext.master == live_stack.spark_master
-    yield session
-    session.stop()
+def test_the_shared_session_has_the_platform_configuration(
+    spark: Any, live_stack: Settings
+) -> None:
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.sparkContext.master == live_stack.spark_master
 
 
 def test_local_session_runs_a_grouped_aggregation(spark: Any) -> None:

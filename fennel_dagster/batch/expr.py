@@ -1,0 +1,246 @@
+"""IR expressions compiled to native Spark Columns: the batch twin of ``ops/expr.py``.
+
+Same registry of ``Call.fn``, same semantics: nulls propagate as in SQL, division by zero
+gives null, ``%`` takes the divisor's sign (Python's rule, not Java's), ``round`` rounds
+half to even, ``day_of_week`` counts Monday as 0, ``log`` of 0 is -inf and of a negative
+number NaN. Everything is a Spark expression: no Python UDF runs per row. The functions
+Spark cannot match exactly are refused with ``SparkUnsupported`` (``str.json_extract``
+returns typed JSON values in pandas but text in Spark), never approximated silently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
+from pyspark.sql import types as T  # noqa: N812
+
+from fennel_dagster.errors import ExecutionError
+from fennel_dagster.ops.expr import FUNCTIONS
+from fennel_dagster.wire import spec
+
+
+class SparkUnsupported(ExecutionError, ValueError):
+    """An expression the Spark executor cannot compute with the engine's exact semantics."""
+
+
+_UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400,
+         "millisecond": 1e-3, "microsecond": 1e-6}  # fmt: skip
+
+# strftime/strptime codes -> Java DateTimeFormatter letters (the subset both sides agree on)
+_FORMAT = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss",
+           "%f": "SSSSSS", "%j": "DDD", "%b": "MMM", "%B": "MMMM", "%a": "EEE", "%A": "EEEE",
+           "%%": "%"}  # fmt: skip
+
+
+def java_pattern(fmt: str) -> str:
+    """A Python ``strftime`` format as a Java pattern, literal text quoted."""
+    out: list[str] = []
+    for token in re.split(r"(%.)", fmt):
+        if not token:
+            continue
+        if token.startswith("%") and len(token) == 2:
+            if token not in _FORMAT:
+                raise SparkUnsupported(
+                    f"format code {token} has no Spark equivalent; use one of {', '.join(_FORMAT)}"
+                )
+            out.append(_FORMAT[token])
+        else:
+            out.append("'" + token.replace("'", "''") + "'")
+    return "".join(out)
+
+
+def spark_type(dtype: spec.DType) -> T.DataType:
+    """The Spark type a platform dtype is held in."""
+    match dtype:
+        case spec.IntType():
+            return T.LongType()
+        case spec.FloatType():
+            return T.DoubleType()
+        case spec.BoolType():
+            return T.BooleanType()
+        case spec.StringType() | spec.RegexType():
+            return T.StringType()
+        case spec.BytesType():
+            return T.BinaryType()
+        case spec.TimestampType():
+            return T.TimestampType()
+        case spec.DateType():
+            return T.DateType()
+        case spec.DecimalType(scale=scale):
+            return T.DecimalType(38, scale)
+        case spec.OptionalType(of=inner) | spec.BetweenType(of=inner) | spec.OneOfType(of=inner):
+            return spark_type(inner)
+        case spec.ListType(of=inner):
+            return T.ArrayType(spark_type(inner))
+        case spec.MapType(of=inner):
+            return T.MapType(T.StringType(), spark_type(inner))
+        case spec.EmbeddingType():
+            return T.ArrayType(T.DoubleType())
+        case spec.StructType(fields=fields):
+            return T.StructType([T.StructField(f.name, spark_type(f.dtype)) for f in fields])
+    raise SparkUnsupported(f"no Spark type for {dtype!r}")
+
+
+def _lit(node: spec.Lit) -> Column:
+    value: Any = node.value
+    if isinstance(node.dtype, spec.TimestampType) and isinstance(value, str):
+        moment = dt.datetime.fromisoformat(value).astimezone(dt.UTC)
+        return F.timestamp_micros(F.lit(_epoch_micros(moment)))
+    if isinstance(node.dtype, spec.DateType) and isinstance(value, str):
+        return F.lit(dt.date.fromisoformat(value[:10]))
+    return F.lit(value)
+
+
+def _epoch_micros(moment: dt.datetime) -> int:
+    delta = moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _param(node: spec.Expr) -> Any:
+    if not isinstance(node, spec.Lit):
+        raise SparkUnsupported(f"expected a literal parameter, got {node!r}")
+    return node.value
+
+
+def _python_mod(a: Column, b: Column) -> Column:
+    r = F.try_mod(a, b)
+    return F.when((r != 0) & ((r < 0) != (b < 0)), r + b).otherwise(r)
+
+
+def _floordiv(a: Column, b: Column) -> Column:
+    return F.when(b != 0, F.floor(a / b))
+
+
+def _log(s: Column) -> Column:
+    x = s.cast("double")
+    return (
+        F.when(x > 0, F.ln(x))
+        .when(x == 0, F.lit(float("-inf")))
+        .when(x.isNotNull(), F.lit(float("nan")))
+    )
+
+
+def _seconds(s: Column) -> Column:
+    return F.unix_micros(s) / 1_000_000
+
+
+def _strptime(s: Column, params: list[Any]) -> Column:
+    local = F.to_timestamp(s, java_pattern(params[0]))
+    tz = params[1] if len(params) > 1 else "UTC"
+    return local if tz == "UTC" else F.to_utc_timestamp(local, tz)
+
+
+def _list_sum(s: Column) -> Column:
+    return F.aggregate(s, F.lit(0).cast("double"), lambda acc, x: acc + x)
+
+
+def _strip(s: Column) -> Column:
+    return F.regexp_replace(s, r"^\s+|\s+$", "")
+
+
+_UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
+    "str.len": lambda s, p: F.length(s),
+    "str.lower": lambda s, p: F.lower(s),
+    "str.upper": lambda s, p: F.upper(s),
+    "str.strip": lambda s, p: _strip(s),
+    "str.contains": lambda s, p: s.contains(p[0]),
+    "str.startswith": lambda s, p: s.startswith(p[0]),
+    "str.endswith": lambda s, p: s.endswith(p[0]),
+    "str.split": lambda s, p: F.split(s, "\\Q" + p[0] + "\\E", -1),
+    "str.strptime": _strptime,
+    "dt.year": lambda s, p: F.year(s),
+    "dt.month": lambda s, p: F.month(s),
+    "dt.day": lambda s, p: F.dayofmonth(s),
+    "dt.hour": lambda s, p: F.hour(s),
+    "dt.minute": lambda s, p: F.minute(s),
+    "dt.second": lambda s, p: F.second(s),
+    "dt.day_of_week": lambda s, p: (F.dayofweek(s) + 5) % 7,
+    "dt.since_epoch": lambda s, p: F.floor(_seconds(s) / _UNIT[p[0] if p else "second"]),
+    "dt.strftime": lambda s, p: F.date_format(s, java_pattern(p[0])),
+    "num.abs": lambda s, p: F.abs(s),
+    "num.ceil": lambda s, p: F.ceil(s),
+    "num.floor": lambda s, p: F.floor(s),
+    "num.round": lambda s, p: F.bround(s, int(p[0]) if p else 0),
+    "num.sqrt": lambda s, p: F.sqrt(s.cast("double")),
+    "num.log": lambda s, p: _log(s),
+    "num.to_string": lambda s, p: s.cast("string"),
+    "list.len": lambda s, p: F.size(s),
+    "list.contains": lambda s, p: F.array_contains(s, p[0]),
+    "list.at": lambda s, p: F.try_element_at(s, F.lit(p[0] + 1 if p[0] >= 0 else p[0])),
+    "list.sum": lambda s, p: _list_sum(s),
+    "list.min": lambda s, p: F.array_min(s),
+    "list.max": lambda s, p: F.array_max(s),
+    "list.mean": lambda s, p: F.when(F.size(s) > 0, _list_sum(s) / F.size(s)),
+    "list.hasnull": lambda s, p: F.exists(s, lambda x: x.isNull()),
+    "struct.get": lambda s, p: s.getField(p[0]),
+}
+
+_BINARY: dict[str, Callable[[Column, Column], Column]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "truediv": lambda a, b: F.try_divide(a, b),
+    "floordiv": _floordiv,
+    "mod": _python_mod,
+    "pow": lambda a, b: F.pow(a, b),
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "str.concat": lambda a, b: F.concat(a.cast("string"), b.cast("string")),
+    "fillnull": lambda a, b: F.coalesce(a, b),
+}
+
+REFUSED = {"str.json_extract": "pandas returns typed JSON values, Spark's get_json_object text"}
+
+
+def to_column(node: spec.Expr) -> Column:
+    """The Spark Column computing ``node`` over a DataFrame of the expression's inputs."""
+    match node:
+        case spec.Col(name=name):
+            return F.col(name)
+        case spec.Lit():
+            return _lit(node)
+        case spec.When(cases=cases, otherwise=otherwise):
+            out: Any = F
+            for cond, value in cases:
+                out = out.when(F.coalesce(to_column(cond), F.lit(False)), to_column(value))
+            return out.otherwise(to_column(otherwise))  # type: ignore[no-any-return]
+        case spec.Call(fn=fn, args=args, dtype=dtype):
+            return _call(fn, args, dtype)
+    raise SparkUnsupported(f"not an expression: {node!r}")
+
+
+def _call(fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None) -> Column:
+    if fn in REFUSED:
+        raise SparkUnsupported(f"{fn} is not available on Spark: {REFUSED[fn]}")
+    if fn not in FUNCTIONS:
+        raise SparkUnsupported(f"unknown expression function {fn!r}")
+    first = to_column(args[0])
+    if fn in _BINARY:
+        return _BINARY[fn](first, to_column(args[1]))
+    if fn in _UNARY:
+        return _UNARY[fn](first, [_param(a) for a in args[1:]])
+    if fn == "neg":
+        return -first
+    if fn == "not":
+        return ~first
+    if fn == "isnull":
+        return first.isNull()
+    if fn == "dt.since":
+        unit = _param(args[2]) if len(args) > 2 else "second"
+        return F.floor((_seconds(first) - _seconds(to_column(args[1]))) / _UNIT[unit])
+    if fn == "astype":
+        if dtype is None:
+            raise SparkUnsupported("astype needs a target type")
+        return first.cast(spark_type(dtype))
+    raise SparkUnsupported(f"unhandled expression function {fn!r}")  # pragma: no cover
