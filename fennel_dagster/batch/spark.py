@@ -4,6 +4,7 @@ resource and the local stack all use."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from fennel_dagster.settings import Settings
@@ -22,6 +23,9 @@ def spark_conf(settings: Settings, app: str = "fennel-dagster") -> dict[str, str
     }
     if settings.spark_master.startswith("local"):
         conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = settings.host  # loopback
+        # Python workers (mapInPandas) run this interpreter: it has pandas, pyarrow and us;
+        # on a cluster the deployment's PYSPARK_PYTHON names the executors' interpreter
+        conf["spark.pyspark.python"] = sys.executable
     jars = sorted(str(p) for p in settings.spark_jars_path.glob("*.jar"))
     if jars:
         # On the driver's own classpath too (not only spark.jars' child loader), so that JDBC's
@@ -37,6 +41,9 @@ def spark_session(settings: Settings, app: str = "fennel-dagster") -> Any:
     from pyspark.sql import SparkSession  # pyspark is slow to import: only sessions pay
 
     os.environ.setdefault("SPARK_LOCAL_IP", settings.host)
+    if settings.spark_master.startswith("local"):
+        # PySpark starts its Python workers with PYSPARK_PYTHON (default: python3 on PATH)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app).items():
         builder = builder.config(key, value)
