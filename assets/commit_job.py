@@ -45,14 +45,14 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
                 config.author or getpass.getuser(), base64.b64decode(config.wire_b64),
             )  # fmt: skip
 
-        def carry_out(req: requests.CommitRequest):  # type: ignore[no-untyped-def]
+        def commit_to_branch(req: requests.CommitRequest):  # type: ignore[no-untyped-def]
             if req.branch not in client.list_branches():
                 client.init_branch(req.branch)  # committing to a new branch creates it
                 requests.progress(client.conn, req.id, f"created branch {req.branch!r}")
             client.branch = req.branch
             return client.commit_spec(decode(req.wire), branch=req.branch)
 
-        result = requests.execute(client.conn, request_id, context.run_id, carry_out)
+        result = requests.carry_out(client.conn, request_id, context.run_id, commit_to_branch)
     context.log.info(
         f"commit {result['commit_id']} on {result['branch']}: {len(result['created'])} created, "
         f"{len(result['reused'])} reused, {len(result['released'])} released"

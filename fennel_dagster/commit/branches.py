@@ -12,7 +12,7 @@ from fennel_dagster.commit.protocol import (
     schedule_unreferenced,
 )
 from fennel_dagster.errors import CommitError
-from fennel_dagster.metadata import locks
+from fennel_dagster.metadata import assets, commits, locks
 from fennel_dagster.wire import decode, spec
 
 
@@ -21,15 +21,12 @@ class BranchExistsError(CommitError, ValueError):
 
 
 def list_branches(conn: psycopg.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT name FROM branches ORDER BY name")]
+    return commits.list_branches(conn)
 
 
 def init_branch(conn: psycopg.Connection, name: str) -> None:
     with conn.transaction():
-        cur = conn.execute(
-            "INSERT INTO branches (name) VALUES (%s) ON CONFLICT DO NOTHING", (name,)
-        )
-        if cur.rowcount == 0:
+        if not commits.insert_branch(conn, name):
             raise BranchExistsError(
                 f"branch {name!r} already exists: pick another name or delete it first"
             )
@@ -43,19 +40,11 @@ def clone_branch(
     try:
         with conn.transaction():
             src_head = head(conn, source)
-            cur = conn.execute(
-                "INSERT INTO branches (name, head) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (name, src_head),
-            )
-            if cur.rowcount == 0:
+            if not commits.insert_branch_at(conn, name, src_head):
                 raise BranchExistsError(
                     f"branch {name!r} already exists: pick another name or delete it first"
                 )
-            copied = conn.execute(
-                "INSERT INTO refs (branch, hash) SELECT %s, hash FROM refs WHERE branch = %s",
-                (name, source),
-            )
-            return copied.rowcount
+            return assets.copy_refs(conn, source, name)
     finally:
         locks.unlock_branch(lock_conn, source)
 
@@ -68,11 +57,9 @@ def delete_branch(
     try:
         with conn.transaction():
             head(conn, name)
-            hashes = [
-                r[0] for r in conn.execute("SELECT hash FROM refs WHERE branch = %s", (name,))
-            ]
-            conn.execute("DELETE FROM refs WHERE branch = %s", (name,))
-            conn.execute("DELETE FROM branches WHERE name = %s", (name,))
+            hashes = assets.branch_ref_hashes(conn, name)
+            assets.release_branch_refs(conn, name)
+            commits.delete_branch(conn, name)
             schedule_unreferenced(conn, hashes, None)
         janitor.carry_out_destructions(conn, physical)
     finally:
@@ -84,9 +71,9 @@ def checkout(conn: psycopg.Connection, name: str) -> spec.CommitSpec | None:
     commit_id = head(conn, name)
     if commit_id is None:
         return None
-    row = conn.execute("SELECT wire FROM commits WHERE id = %s", (commit_id,)).fetchone()
-    if row is None:
+    wire = commits.commit_wire(conn, commit_id)
+    if wire is None:
         raise BranchNotFoundError(f"branch {name!r} points at a missing commit {commit_id}")
-    value = decode(bytes(row[0]))
+    value = decode(wire)
     assert isinstance(value, spec.CommitSpec)
     return value

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from fennel_dagster.commit import branches, protocol
+from fennel_dagster.metadata import assets
 from fennel_dagster.wire import spec
 
 
@@ -44,24 +45,19 @@ class BranchCatalog:
 def load(conn: psycopg.Connection) -> list[BranchCatalog]:
     out: list[BranchCatalog] = []
     with conn.transaction():
-        rows = conn.execute(
-            "SELECT a.entity, a.kind, a.name, a.hash, a.spec, "
-            "  (SELECT count(*) FROM refs r2 WHERE r2.hash = a.hash), r.branch "
-            "FROM refs r JOIN assets a ON a.hash = r.hash"
-        ).fetchall()
         by_branch: dict[str, dict[str, list[PhysicalAsset]]] = defaultdict(
             lambda: defaultdict(list)
         )
-        for entity, kind, name, h, sp, refs, branch in rows:
-            sp = sp or {}
-            by_branch[branch][entity].append(
+        for ref in assets.all_branch_assets(conn):
+            a, sp = ref.asset, ref.asset.spec or {}
+            by_branch[ref.branch][a.entity].append(
                 PhysicalAsset(
-                    kind,
-                    name,
-                    h,
+                    a.kind,
+                    a.name,
+                    a.hash,
                     str(sp.get("role") or sp.get("kind") or ""),
                     sp.get("partitions"),
-                    int(refs),
+                    ref.refs,
                 )  # fmt: skip
             )
         for name in branches.list_branches(conn):

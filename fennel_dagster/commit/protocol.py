@@ -29,7 +29,7 @@ from fennel_dagster.commit.crashpoints import crash_point
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff
 from fennel_dagster.errors import CommitError
-from fennel_dagster.metadata import locks, registry
+from fennel_dagster.metadata import assets, commits, ledgers, locks, registry
 
 
 class StaleBranchError(CommitError, RuntimeError):
@@ -53,12 +53,12 @@ class CommitOutcome:
 
 
 def head(conn: psycopg.Connection, branch: str) -> int | None:
-    row = conn.execute("SELECT head FROM branches WHERE name = %s", (branch,)).fetchone()
-    if row is None:
+    found = commits.get_branch(conn, branch)
+    if found is None:
         raise BranchNotFoundError(
             f"branch {branch!r} does not exist: create it with init_branch or clone_branch"
         )
-    return row[0]
+    return found.head
 
 
 def commit(
@@ -119,13 +119,11 @@ def _commit_locked(
         plan = diff(desired, bank.branch_refs(conn, branch), bank.live_hashes(conn))
     attempt = str(uuid.uuid4())
     with conn.transaction():
-        conn.execute("INSERT INTO commit_attempts (attempt, branch, base_head, state) VALUES (%s, %s, %s, 'open')",
-                     (attempt, branch, base))  # fmt: skip
+        commits.open_attempt(conn, attempt, branch, base)
         for bp in plan.create:
             if not bank.insert_creating(conn, bp, attempt):
                 raise RuntimeError(f"asset {bp.name} appeared in the bank during the commit; retry")
-            conn.execute("INSERT INTO creation_ledger (attempt, hash, state) VALUES (%s, %s, 'intent')",
-                         (attempt, bp.hash))  # fmt: skip
+            ledgers.record_creation_intent(conn, attempt, bp.hash)
     crash_point("after_creation_intent")
     t1 = time.monotonic()
     for bp in plan.create:
@@ -149,41 +147,24 @@ def _commit_point(
     desired: BlueprintSet, wire: bytes, message: str, author: str,
 ) -> int:  # fmt: skip
     with conn.transaction():
-        current = conn.execute(
-            "SELECT head FROM branches WHERE name = %s FOR UPDATE", (branch,)
-        ).fetchone()
-        if current is None or current[0] != base:
+        current = commits.get_branch_for_update(conn, branch)
+        if current is None or current.head != base:
             raise StaleBranchError(f"branch {branch!r} moved during the commit: commit again")
         hashes = sorted(b.hash for b in desired.blueprints)
-        commit_id = conn.execute(
-            "INSERT INTO commits (branch, parent, message, author, wire, hashes) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-            (branch, base, message, author, wire, hashes),
-        ).fetchone()[0]  # type: ignore[index]
-        conn.execute("UPDATE branches SET head = %s WHERE name = %s", (commit_id, branch))
+        commit_id = commits.insert_commit(conn, branch, base, message, author, wire, hashes)
+        commits.set_head(conn, branch, commit_id)
         created = [b.hash for b in plan.create]
-        conn.execute(
-            "UPDATE assets SET state = 'live', attempt = NULL, updated_at = now() WHERE hash = ANY(%s)",
-            (created,),
-        )
+        assets.mark_live(conn, created)
         for bp in plan.create + plan.reuse:
-            conn.execute(
-                "INSERT INTO refs (branch, hash) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (branch, bp.hash),
-            )
+            assets.add_ref(conn, branch, bp.hash)
             if bp.kind == "job":
                 registry.register_job(conn, bp.hash, job_of(bp))
         released = [b.hash for b in plan.release]
-        conn.execute("DELETE FROM refs WHERE branch = %s AND hash = ANY(%s)", (branch, released))
+        assets.release_refs(conn, branch, released)
         schedule_unreferenced(conn, released, commit_id)
-        conn.execute(
-            "UPDATE creation_ledger SET state = 'committed', updated_at = now() WHERE attempt = %s",
-            (attempt,),
-        )
-        conn.execute(
-            "UPDATE commit_attempts SET state = 'committed', finished_at = now() WHERE attempt = %s",
-            (attempt,),
-        )
-    return int(commit_id)
+        ledgers.commit_creations(conn, attempt)
+        commits.mark_attempt_committed(conn, attempt)
+    return commit_id
 
 
 def schedule_unreferenced(
@@ -194,16 +175,9 @@ def schedule_unreferenced(
     orphans = [h for h in hashes if counts.get(h, 0) == 0]
     if not orphans:
         return
-    conn.execute(
-        "UPDATE assets SET state = 'destroying', updated_at = now() WHERE hash = ANY(%s)",
-        (orphans,),
-    )
+    assets.mark_destroying(conn, orphans)
     registry.unregister_jobs(conn, orphans)
-    for h in orphans:
-        conn.execute(
-            "INSERT INTO destruction_ledger (commit_id, hash, state) VALUES (%s, %s, 'pending')",
-            (commit_id, h),
-        )
+    ledgers.schedule_destruction(conn, commit_id, orphans)
 
 
 __all__ = ["Blueprint", "CommitOutcome", "StaleBranchError", "commit", "head"]

@@ -1,17 +1,15 @@
 """Commit requests: a commit submitted to a Dagster deployment, carried out by a run.
 
 ``submit`` records the request; the commit sensor sees ``pending`` ones past its cursor and
-launches a run per request; the run calls ``execute`` (the same two-ledger protocol as a
+launches a run per request; the run calls ``carry_out`` (the same two-ledger protocol as a
 direct commit) which records progress and the outcome; ``wait`` lets the client stream the
 progress and get the outcome — or every validation error, raised as ``CommitRejected``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -19,71 +17,47 @@ import psycopg
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.protocol import CommitOutcome
 from fennel_dagster.errors import CommitError
+from fennel_dagster.metadata import requests as stored
+from fennel_dagster.metadata.requests import CommitRequest
 
 
 class CommitFailed(CommitError, RuntimeError):
     """The commit run failed for another reason than validation (see the run's logs)."""
 
 
-@dataclass(frozen=True)
-class CommitRequest:
-    id: int
-    branch: str
-    message: str
-    author: str
-    wire: bytes
-    state: str
-
-
 def submit(conn: psycopg.Connection, branch: str, message: str, author: str, wire: bytes) -> int:
     with conn.transaction():
-        row = conn.execute(
-            "INSERT INTO commit_requests (branch, message, author, wire) VALUES (%s, %s, %s, %s) "
-            "RETURNING id",
-            (branch, message, author, wire),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+        return stored.insert(conn, branch, message, author, wire)
 
 
 def pending(conn: psycopg.Connection, after: int) -> list[CommitRequest]:
     with conn.transaction():
-        rows = conn.execute(
-            "SELECT id, branch, message, author, wire, state FROM commit_requests "
-            "WHERE state = 'pending' AND id > %s ORDER BY id",
-            (after,),
-        ).fetchall()
-    return [CommitRequest(i, b, m, a, bytes(w), s) for i, b, m, a, w, s in rows]
+        return stored.pending_after(conn, after)
 
 
 def get(conn: psycopg.Connection, request_id: int) -> CommitRequest:
     with conn.transaction():  # never leave an implicit transaction open: updates must commit
-        row = conn.execute(
-            "SELECT id, branch, message, author, wire, state FROM commit_requests WHERE id = %s",
-            (request_id,),
-        ).fetchone()
-    if row is None:
+        req = stored.get(conn, request_id)
+    if req is None:
         raise KeyError(f"no commit request {request_id}")
-    i, b, m, a, w, s = row
-    return CommitRequest(i, b, m, a, bytes(w), s)
+    return req
 
 
-def _update(conn: psycopg.Connection, request_id: int, **cols: Any) -> None:
-    sets = ", ".join(f"{k} = %s" for k in cols)
+def _mark_running(conn: psycopg.Connection, request_id: int, run_id: str) -> None:
     with conn.transaction():
-        conn.execute(
-            f"UPDATE commit_requests SET {sets}, updated_at = now() WHERE id = %s",  # noqa: S608
-            (*cols.values(), request_id),
-        )
+        stored.mark_running(conn, request_id, run_id)
+
+
+def _record_outcome(
+    conn: psycopg.Connection, request_id: int, state: stored.Outcome, result: dict[str, Any]
+) -> None:
+    with conn.transaction():
+        stored.record_outcome(conn, request_id, state, result)
 
 
 def progress(conn: psycopg.Connection, request_id: int, line: str) -> None:
     with conn.transaction():
-        conn.execute(
-            "UPDATE commit_requests SET progress = array_append(progress, %s), updated_at = now() "
-            "WHERE id = %s",
-            (line, request_id),
-        )
+        stored.append_progress(conn, request_id, line)
 
 
 def outcome_json(out: CommitOutcome) -> dict[str, Any]:
@@ -99,7 +73,7 @@ def outcome_json(out: CommitOutcome) -> dict[str, Any]:
     }
 
 
-def execute(
+def carry_out(
     conn: psycopg.Connection,
     request_id: int,
     run_id: str,
@@ -107,26 +81,21 @@ def execute(
 ) -> dict[str, Any]:
     """Carry out a request with ``commit`` and record what happened."""
     req = get(conn, request_id)
-    _update(conn, request_id, state="running", run_id=run_id)
+    _mark_running(conn, request_id, run_id)
     progress(conn, request_id, f"run {run_id} started the commit of {req.branch!r}")
     try:
         out = commit(req)
     except CommitRejected as e:
         errors = [vars(err) for err in e.errors]
-        _update(conn, request_id, state="rejected", result=json.dumps({"errors": errors}))
+        _record_outcome(conn, request_id, "rejected", {"errors": errors})
         progress(conn, request_id, f"rejected with {len(errors)} error(s)")
         raise
     except Exception as e:
-        _update(
-            conn,
-            request_id,
-            state="failed",
-            result=json.dumps({"error": f"{type(e).__name__}: {e}"}),
-        )
+        _record_outcome(conn, request_id, "failed", {"error": f"{type(e).__name__}: {e}"})
         progress(conn, request_id, f"failed: {type(e).__name__}: {e}")
         raise
     result = outcome_json(out)
-    _update(conn, request_id, state="committed", result=json.dumps(result))
+    _record_outcome(conn, request_id, "committed", result)
     progress(conn, request_id, f"committed {req.branch!r} as commit {out.commit_id}: "
              f"{len(result['created'])} created, {len(result['reused'])} reused, "
              f"{len(result['released'])} released")  # fmt: skip
@@ -144,20 +113,21 @@ def wait(
     deadline = time.monotonic() + timeout
     while True:
         with conn.transaction():
-            row = conn.execute(
-                "SELECT state, progress, result FROM commit_requests WHERE id = %s", (request_id,)
-            ).fetchone()
-        assert row is not None
-        state, lines, result = row
+            status = stored.status(conn, request_id)
+        assert status is not None
+        state, lines, result = status.state, status.progress, status.result
         for line in lines[seen:]:
             if on_progress is not None:
                 on_progress(line)
         seen = len(lines)
         if state == "committed":
-            return dict(result)
+            assert result is not None
+            return result
         if state == "rejected":
+            assert result is not None
             raise CommitRejected([Violation(**e) for e in result["errors"]])
         if state == "failed":
+            assert result is not None
             raise CommitFailed(f"commit request {request_id} failed: {result['error']}")
         if time.monotonic() > deadline:
             raise TimeoutError(
