@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -46,8 +47,10 @@ def dagster_dev(s: Settings, log_path: Path, workspace: Path | None = None) -> I
         yield s
     finally:
         proc.send_signal(signal.SIGINT)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(60)
-        except subprocess.TimeoutExpired:
+        # code servers that dagster dev's children started outlive it: end the whole session
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
         log.close()
