@@ -47,9 +47,7 @@ def test_golden_hashes_of_the_example_repo_are_stable() -> None:
 def test_every_dataset_gets_its_topics_jobs_and_tables() -> None:
     bs = blueprints(example())
     us = [b for b in bs.blueprints if b.entity.startswith("UserSpend")]
-    kinds = sorted(
-        (b.kind, b.spec_dict().get("role") or b.spec_dict().get("kind", "")) for b in us
-    )
+    kinds = sorted((b.kind, b.spec_dict().get("role") or b.spec_dict().get("kind", "")) for b in us)
     # a terminal continuous aggregate is served from its pipeline job's state: no index job
     assert kinds == [
         ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
