@@ -21,13 +21,11 @@ from pyspark.sql import types as T  # noqa: N812
 
 from fennel_dagster.batch.expr import SparkUnsupported, spark_type, to_column
 from fennel_dagster.commit.infer import node_schemas
+from fennel_dagster.commit.stages import STATEFUL_NODES
 from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.wire import spec
-
-STATEFUL = (spec.JoinNode, spec.AggregateNode, spec.FirstNode, spec.LatestNode, spec.DedupNode,
-            spec.ChangelogNode)  # fmt: skip
 
 
 def spark_schema(fields: tuple[spec.FieldSpec, ...] | list[spec.FieldSpec]) -> T.StructType:
@@ -51,7 +49,7 @@ class SparkPipeline:
     def _apply(
         self, node: spec.Node, frames: dict[str, DataFrame], inputs: Mapping[str, DataFrame]
     ) -> DataFrame:
-        if isinstance(node, STATEFUL):
+        if isinstance(node, STATEFUL_NODES):
             kind = type(node).__name__.removesuffix("Node").lower()
             raise SparkUnsupported(
                 f"{self.scope} ({kind} {node.id}): the Spark executor does not run {kind} yet"
@@ -102,7 +100,7 @@ class SparkPipeline:
                 typed = pd.DataFrame({f.name: astype(pdf[f.name], f.dtype) for f in fields_in})
                 wb = WriteBatch()
                 res = BatchResult(rows=pd.DataFrame(), writes=wb)
-                out = executor._apply(node, typed, ts, MemoryState(), wb, res)  # noqa: SLF001
+                out = executor.apply_node(node, typed, ts, MemoryState(), wb, res)
                 yield _to_arrow_frame(out, fields_out)
 
         return df.mapInPandas(run, spark_schema(fields_out))

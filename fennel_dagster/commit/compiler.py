@@ -29,13 +29,12 @@ from typing import Any
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintSet
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.infer import node_schemas
-from fennel_dagster.commit.stages import cut_of
+from fennel_dagster.commit.stages import STATEFUL_NODES, cut_of
 from fennel_dagster.ops.aggregate import is_continuous
 from fennel_dagster.wire import plan, spec
 from fennel_dagster.wire.codec import from_jsonable, to_jsonable
 
 DEFAULT_PARTITIONS = 4
-STATEFUL = (spec.AggregateNode, spec.JoinNode, spec.FirstNode, spec.LatestNode, spec.DedupNode)
 
 
 def _digest(value: Any) -> str:
@@ -86,7 +85,7 @@ def _replaylog(prefix: str, entity: str, ident: dict[str, Any]) -> Blueprint:
 
 
 def _stateful(p: spec.PipelineSpec) -> bool:
-    return any(isinstance(n, STATEFUL) for n in p.nodes)
+    return any(isinstance(n, STATEFUL_NODES) for n in p.nodes)
 
 
 def terminal_aggregate(ds: spec.DatasetSpec) -> plan.AggregateServing | None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from fennel_dagster.wire import spec
 
 KEYED_NODES = (spec.AggregateNode, spec.FirstNode, spec.LatestNode)
+# operators that keep state between batches (a job running one needs a snapshot prefix)
+STATEFUL_NODES = (*KEYED_NODES, spec.JoinNode, spec.DedupNode, spec.ChangelogNode)
 KeyedNode = spec.AggregateNode | spec.FirstNode | spec.LatestNode
 
 

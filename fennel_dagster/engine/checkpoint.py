@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from fennel_dagster.engine.errors import encode_error
+from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar

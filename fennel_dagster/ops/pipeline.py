@@ -109,7 +109,9 @@ class PipelineExecutor:
             if src is None:
                 frames[node.id] = None
                 continue
-            frames[node.id] = self._apply(node, src.reset_index(drop=True), ts_col, state, wb, res)
+            frames[node.id] = self.apply_node(
+                node, src.reset_index(drop=True), ts_col, state, wb, res
+            )
         out = frames[stop_at or self.p.output]
         res.rows = out if out is not None else pd.DataFrame()
         return res
@@ -121,7 +123,7 @@ class PipelineExecutor:
             return ts_of[node.inputs[0]]
         return ts_of[node.input]  # type: ignore[attr-defined]
 
-    def _apply(
+    def apply_node(
         self,
         node: spec.Node,
         df: pd.DataFrame,
@@ -130,6 +132,8 @@ class PipelineExecutor:
         wb: WriteBatch,
         res: BatchResult,
     ) -> pd.DataFrame:
+        """One operator on a batch (``ts``: its timestamp column); the Spark executor runs
+        the operators that carry user code through this too."""
         match node:
             case spec.FilterNode(predicate=pred, code=code):
                 if pred is not None:

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.engine.errors import decode_error
+from fennel_dagster.engine.error_records import decode_error
 from fennel_dagster.engine.runner import Runner
 from fennel_dagster.settings import Settings
 from tests.engine import repo
