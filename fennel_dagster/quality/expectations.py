@@ -78,9 +78,11 @@ def sample(servers: str, topic: str, ds: spec.DatasetSpec, rows: int = 1000) -> 
             if m is None:
                 break
             if m.error():
-                eof.add(m.partition())
+                eof.add(m.partition() or 0)
                 continue
-            records.append(loads(m.value()))
+            value = m.value()
+            if value is not None:  # a tombstone is no row
+                records.append(loads(value))
         return from_records(records[-rows:], ds.fields)
     finally:
         c.close()

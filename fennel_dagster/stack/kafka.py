@@ -137,7 +137,8 @@ class Kafka:
 
         bootstrap = self.endpoint()
         try:
-            quiet = {"bootstrap.servers": bootstrap, "log_level": 0}  # a starting broker is no news
+            # a starting broker is no news
+            quiet: dict[str, str | int | float] = {"bootstrap.servers": bootstrap, "log_level": 0}
             admin = AdminClient({**quiet, "socket.timeout.ms": 3000})
             topics = admin.list_topics(timeout=3).topics
             if HEALTH_TOPIC not in topics:
