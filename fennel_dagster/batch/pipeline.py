@@ -5,9 +5,16 @@ user code (a filter or assign given as a function, a transform) run the engine's
 implementation (``ops.pipeline``) on Arrow batches through ``mapInPandas``: one
 implementation of the semantic, vectorised, no per-row UDF (rows whose user code raises are
 left out, as the engine leaves them out; the engine also sends them to the dataset's error
-topic, which the batch layer does not do yet). Keyed and stateful operators
-(joins, aggregates, first/latest, dedup, changelog) are the next step of the batch layer;
-until they land, ``run`` refuses them by name rather than computing something else.
+topic, which the batch layer does not do yet).
+
+Stateful operators (aggregate over every window kind, first/latest, dedup, changelog) run
+the engine's operator code too, which is what makes Spark, the engine and the mock agree by
+construction: rows are hash-partitioned by the operator's keys, sorted by event time within
+each partition (history replayed in time order, as a backfill sees it: nothing is late), and
+each partition's Arrow batches go through ``PipelineExecutor.apply_node`` with an in-memory
+state that lives for the partition (``ops.state.MemoryState``: the mock's hangar). A join
+cogroups the left rows with the right dataset's rows by key and answers each left row from
+the right rows' as-of index, exactly as the engine's lookups do.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from pyspark.sql import types as T  # noqa: N812
 
 from fennel_dagster.batch.expr import SparkUnsupported, spark_type, to_column
 from fennel_dagster.commit.infer import node_schemas
-from fennel_dagster.commit.stages import STATEFUL_NODES
+from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype
+from fennel_dagster.ops.keys import micros
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.wire import spec
@@ -30,6 +38,11 @@ from fennel_dagster.wire import spec
 
 def spark_schema(fields: tuple[spec.FieldSpec, ...] | list[spec.FieldSpec]) -> T.StructType:
     return T.StructType([T.StructField(f.name, spark_type(f.dtype)) for f in fields])
+
+
+KeyedNode = (
+    spec.AggregateNode | spec.FirstNode | spec.LatestNode | spec.DedupNode | spec.ChangelogNode
+)
 
 
 class SparkPipeline:
@@ -49,12 +62,17 @@ class SparkPipeline:
     def _apply(
         self, node: spec.Node, frames: dict[str, DataFrame], inputs: Mapping[str, DataFrame]
     ) -> DataFrame:
-        if isinstance(node, STATEFUL_NODES):
-            kind = type(node).__name__.removesuffix("Node").lower()
-            raise SparkUnsupported(
-                f"{self.scope} ({kind} {node.id}): the Spark executor does not run {kind} yet"
-            )
         match node:
+            case spec.JoinNode():
+                return self._join(node, frames[node.input], inputs[node.right])
+            case (
+                spec.AggregateNode()
+                | spec.FirstNode()
+                | spec.LatestNode()
+                | spec.DedupNode()
+                | spec.ChangelogNode()
+            ):
+                return self._keyed(node, frames[node.input])
             case spec.InputNode(dataset=name):
                 return inputs[name]
             case spec.UnionNode(inputs=parts):
@@ -104,6 +122,125 @@ class SparkPipeline:
                 yield _to_arrow_frame(out, fields_out)
 
         return df.mapInPandas(run, spark_schema(fields_out))
+
+    def _partition_keys(self, node: spec.Node) -> list[str]:
+        """The columns whose equal values must meet in one task for ``node``'s state."""
+        match node:
+            case spec.AggregateNode(keys=keys) | spec.FirstNode(keys=keys):
+                return list(keys)
+            case spec.LatestNode(keys=keys):
+                return list(keys)
+            case spec.DedupNode(by=by):
+                return list(by) or [f.name for f in self.schemas[node.input] if not f.timestamp]
+            case spec.ChangelogNode():
+                return list(self._executor.keys_of(node.input))
+        raise SparkUnsupported(f"{self.scope}: operator {node!r} is not keyed")
+
+    @property
+    def _executor(self) -> PipelineExecutor:
+        return PipelineExecutor(self.p, self.datasets)
+
+    def _keyed(self, node: KeyedNode, df: DataFrame) -> DataFrame:
+        """A stateful operator over all of ``df``: per key partition, in event-time order, the
+        engine's operator with a state that lives for the partition."""
+        fields_in = self.schemas[node.input]
+        fields_out = self.schemas[node.id]
+        ts = next(f.name for f in fields_in if f.timestamp)
+        keys = self._partition_keys(node)
+        parts = df.repartition(*keys) if keys else df.repartition(1)
+        # event time first; the other columns only make ties (same key, same time) repeatable
+        ties = [f.name for f in fields_in if not f.timestamp and _orderable(f.dtype)]
+        ordered = parts.sortWithinPartitions(ts, *ties)
+        executor = self._executor
+        closing = isinstance(node, spec.AggregateNode) and not aggregate.is_continuous(node)
+        # windows close by the watermark of the whole input, not of one partition's keys
+        top = df.agg(F.max(ts)).first() if closing else None  # one small Spark job
+        newest = None if top is None else top[0]
+        mark = None if newest is None else micros(pd.Timestamp(newest))
+
+        def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            state = MemoryState()
+            for pdf in _whole_instants(batches, ts):
+                typed = pd.DataFrame({f.name: astype(pdf[f.name], f.dtype) for f in fields_in})
+                if index.DELETED in pdf.columns:  # an upsert dataset's tombstones
+                    typed[index.DELETED] = _deleted(pdf)
+                wb = WriteBatch()
+                res = BatchResult(rows=pd.DataFrame(), writes=wb)
+                out = executor.apply_node(node, typed, ts, state, wb, res)
+                state.apply(wb)
+                yield _to_arrow_frame(out, fields_out)
+            if mark is not None:
+                assert isinstance(node, spec.AggregateNode)
+                empty = pd.DataFrame({f.name: pd.Series(dtype=object) for f in fields_in})
+                rows, _ = aggregate.run_windowed(
+                    node, executor.scope, empty, ts, state, WriteBatch(), watermark=mark
+                )
+                yield _to_arrow_frame(rows, fields_out)
+
+        return ordered.mapInPandas(run, spark_schema(fields_out))
+
+    def _join(self, node: spec.JoinNode, left: DataFrame, right: DataFrame) -> DataFrame:
+        """As-of join: each key's left rows with that key's right rows (its whole history),
+        answered by the engine's join from an as-of index of the right rows."""
+        fields_in = self.schemas[node.input]
+        fields_out = self.schemas[node.id]
+        ts = next(f.name for f in fields_in if f.timestamp)
+        right_ds = self.datasets[node.right]
+        executor = self._executor
+
+        def run(lpdf: pd.DataFrame, rpdf: pd.DataFrame) -> pd.DataFrame:
+            if lpdf.empty:
+                return _to_arrow_frame(pd.DataFrame(), fields_out).iloc[0:0]
+            state = MemoryState()
+            if not rpdf.empty:
+                wb = WriteBatch()
+                typed_r = pd.DataFrame(
+                    {f.name: astype(rpdf[f.name], f.dtype) for f in right_ds.fields}
+                )
+                index.upsert(right_ds, typed_r, wb, _deleted(rpdf))
+                state.apply(wb)
+            typed = pd.DataFrame({f.name: astype(lpdf[f.name], f.dtype) for f in fields_in})
+            wb = WriteBatch()
+            res = BatchResult(rows=pd.DataFrame(), writes=wb)
+            out = executor.apply_node(node, typed, ts, state, wb, res)
+            return _to_arrow_frame(out, fields_out)
+
+        grouped_left = left.groupBy(*node.left_on)
+        grouped_right = right.groupBy(*node.right_on)
+        return grouped_left.cogroup(grouped_right).applyInPandas(run, spark_schema(fields_out))
+
+
+def _deleted(rows: pd.DataFrame) -> pd.Series | None:
+    """The delete flags of an upsert dataset's rows (offline tables keep tombstones)."""
+    if index.DELETED not in rows.columns:
+        return None
+    return rows[index.DELETED].astype("boolean").fillna(False).astype(bool)
+
+
+def _orderable(dtype: spec.DType) -> bool:
+    """Spark sorts scalars and arrays of them, not maps or structs."""
+    while isinstance(dtype, spec.OptionalType | spec.ListType):
+        dtype = dtype.of
+    return not isinstance(dtype, spec.MapType | spec.StructType)
+
+
+def _whole_instants(batches: Iterator[pd.DataFrame], ts: str) -> Iterator[pd.DataFrame]:
+    """Re-cut time-ordered Arrow batches so rows of one timestamp never straddle two: an
+    operator then breaks ties its own way, as it does for one big batch (the mock's)."""
+    held: pd.DataFrame | None = None
+    for pdf in batches:
+        if held is not None:
+            pdf = pd.concat([held, pdf], ignore_index=True)
+        if pdf.empty:
+            held = pdf
+            continue
+        last = pdf[ts].iloc[-1]
+        tail = (pdf[ts] == last).to_numpy()
+        held = pdf[tail]
+        if (~tail).any():
+            yield pdf[~tail].reset_index(drop=True)
+    if held is not None and not held.empty:
+        yield held.reset_index(drop=True)
 
 
 def _explode(df: DataFrame, cols: list[str]) -> DataFrame:

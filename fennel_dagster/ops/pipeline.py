@@ -256,7 +256,7 @@ class PipelineExecutor:
             out = out[found.to_numpy()].reset_index(drop=True)
         return out
 
-    def _keys_of(self, node_id: str) -> tuple[str, ...]:
+    def keys_of(self, node_id: str) -> tuple[str, ...]:
         """The key columns of a node's output (walking back to a keyed input or operator)."""
         node = {n.id: n for n in self.p.nodes}[node_id]
         match node:
@@ -268,12 +268,12 @@ class PipelineExecutor:
                 return tuple(keys)
             case spec.RenameNode(mapping=mapping):
                 m = dict(mapping)
-                return tuple(m.get(k, k) for k in self._keys_of(node.input))
+                return tuple(m.get(k, k) for k in self.keys_of(node.input))
             case spec.UnionNode(inputs=inputs):
-                return self._keys_of(inputs[0])
+                return self.keys_of(inputs[0])
             case spec.ChangelogNode():
                 return ()
-        return self._keys_of(node.input)  # type: ignore[union-attr]
+        return self.keys_of(node.input)  # type: ignore[union-attr]
 
     def _changelog(
         self,
@@ -293,7 +293,7 @@ class PipelineExecutor:
         key's latest version (a late upsert, or a replayed one) emits nothing, so a replay of
         the same rows in any batching gives the same stream."""
         ns = f"changelog:{self.scope}:{node.id}"
-        keys = self._keys_of(node.input)
+        keys = self.keys_of(node.input)
         cols = [c for c in df.columns if c != index.DELETED]
         gone = (
             df[index.DELETED].astype("boolean").fillna(False).astype(bool).tolist()
@@ -344,7 +344,13 @@ class PipelineExecutor:
     ) -> pd.DataFrame:
         ns = f"{'first' if isinstance(node, spec.FirstNode) else 'latest'}:{self.scope}:{node.id}"
         reader = OverlayReader(state, wb)
-        order = df.sort_values(ts, kind="stable").reset_index(drop=True)
+        # event time, then content: rows of one instant are taken in the same order whatever
+        # order they arrived in (the mock, the engine and Spark see them in different orders)
+        content = [dumps(r) for r in to_records(df, list(df.columns))]
+        by_time = sorted(
+            range(len(df)), key=lambda i: (micros(pd.Timestamp(df[ts].iloc[i])), content[i])
+        )
+        order = df.iloc[by_time].reset_index(drop=True)
         emit = []
         for i, row in enumerate(order[list(keys)].astype(object).to_numpy().tolist()):
             k = key_prefix(tuple(json_value(v) for v in row))
@@ -365,8 +371,11 @@ class PipelineExecutor:
         by = list(node.by) or [c for c in df.columns if c != ts]
         reader = OverlayReader(state, wb)
         keep = []
-        for i in range(len(df)):
-            t = micros(pd.Timestamp(df[ts].iloc[i]))
+        stamps = [micros(pd.Timestamp(t)) for t in df[ts]]
+        content = [dumps(r) for r in to_records(df, list(df.columns))]
+        # of several duplicates arriving together, the first in (time, content) order stays
+        for i in sorted(range(len(df)), key=lambda i: (stamps[i], content[i])):
+            t = stamps[i]
             bucket = (
                 t
                 if node.window is None

@@ -70,11 +70,11 @@ def _json_column(col: pd.Series) -> list[Any]:
         return out
     if dtype.kind in "iub" and not col.hasnans:
         return col.tolist()
+    if isinstance(dtype, pd.Int64Dtype | pd.BooleanDtype | pd.Float64Dtype):  # pd.NA: null
+        return [json_value(v) for v in col.astype(object).where(col.notna(), None).tolist()]
     if dtype.kind == "f":
         values = col.tolist()
         return [None if v != v else v for v in values]
-    if isinstance(dtype, pd.Int64Dtype | pd.BooleanDtype):
-        return col.astype(object).where(col.notna(), None).tolist()
     return [json_value(v) for v in col.tolist()]
 
 

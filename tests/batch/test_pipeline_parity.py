@@ -1,7 +1,7 @@
 """Stateless pipelines give the same rows on Spark as on the engine's executor (the mock).
 
 Expression operators run as Spark Columns; user code (lambdas, transforms) runs the
-engine's pandas implementation on Arrow batches. Stateful operators are refused by name.
+engine's pandas implementation on Arrow batches (stateful operators: test_stateful_parity).
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, inputs, meta, pipeline, source
-from fennel_dagster.aggregate import Count
-from fennel_dagster.batch.expr import SparkUnsupported
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.expr import col
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook
-from fennel_dagster.window import Continuous
 
 pytestmark = pytest.mark.services
 
@@ -153,29 +150,3 @@ def test_stateless_pipeline_on_spark_equals_the_engine(name: str, spark: Any) ->
     rows = [r.asDict() for r in got.select(*cols).collect()]
     assert len(rows) == len(want) > 0
     assert _multiset(rows, cols) == _multiset(want.to_dict("records"), cols)
-
-
-def test_stateful_operators_are_refused_by_name(spark: Any) -> None:
-    @meta(owner=OWNER)
-    @dataset(index=True)
-    class Counts:
-        uid: int = field_key()
-        n: int
-        ts: datetime
-
-        @pipeline
-        @inputs(repo()[0])
-        def agg(cls, txn):
-            return txn.groupby("uid").aggregate(n=Count(window=Continuous("1h")))
-
-    commit = commit_spec("v1", [repo()[0], Counts], [])
-    by_name = {d.name: d for d in commit.datasets}
-    txn = spark.createDataFrame([], spark_schema(by_name["Txn"].fields))
-    with pytest.raises(SparkUnsupported, match=r"Counts.agg \(aggregate n1\): the Spark executor"):
-        SparkPipeline(by_name["Counts"].pipelines[0], by_name).run({"Txn": txn})
-
-
-def field_key() -> Any:
-    from fennel_dagster import field
-
-    return field(key=True)

@@ -5,12 +5,20 @@ event time seen by the operator) passes the window's end; the row's timestamp is
 end minus one microsecond (inside the window). Session windows close after ``gap`` of
 inactivity measured against the watermark. Events later than an emitted window are counted
 as late and dropped from it; they read all of a key's events (no tiles).
+
+A window closes when the watermark passes its end whichever key moved the watermark: each
+recorded event leaves a timer (``<ns>:timers``, ordered by window end) and a batch fires
+every timer the new watermark has passed, so a key that falls silent still gets its last
+windows emitted. ``watermark=`` advances the watermark without events (Spark closes each
+partition's windows at the end of a backfill with the history's newest time).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.ops.aggregate.events import key_events, key_tuples, namespace, record_events
@@ -38,10 +46,12 @@ def run_windowed(
     ts_col: str,
     state: StateReader,
     wb: WriteBatch,
+    watermark: int | None = None,
 ) -> tuple[pd.DataFrame, int]:
     """Tumbling/hopping/session: record events, emit windows the watermark has closed."""
     ns = namespace(scope, node)
     meta_ns = ns + ":meta"
+    timers_ns = ns + ":timers"
     window = node.aggs[0].window
     reader = OverlayReader(state, wb)
     raw_mark = reader.get(meta_ns, b"watermark")
@@ -50,29 +60,85 @@ def run_windowed(
     keys = key_tuples(df, node.keys)
     late = sum(1 for s in stamps if old_mark is not None and _closed_before(window, s, old_mark))
     keep = [old_mark is None or not _closed_before(window, s, old_mark) for s in stamps]
-    record_events(node, ns, df[keep], ts_col, state, wb)
-    mark = max([*stamps, old_mark or -(2**62)])
+    record_events(node, ns, df[np.array(keep, dtype=bool)], ts_col, state, wb)
+    for key, stamp, ok in zip(keys, stamps, keep, strict=True):
+        if ok:
+            timer = _timer(_first_end(window, stamp)) + key_prefix(key)
+            wb.put(timers_ns, timer, json.dumps(key).encode())
+    known = [m for m in (old_mark, watermark) if m is not None]
+    mark = max([*stamps, *known, -(2**62)])
     wb.put(meta_ns, b"watermark", str(mark).encode())
-    touched = sorted({k for k, ok in zip(keys, keep, strict=True) if ok})
+    reader = OverlayReader(state, wb)
+    due = set()
+    for timer, raw_key in reader.scan(timers_ns, b"", _timer(mark + 1)):
+        due.add(tuple(json.loads(raw_key)))
+        wb.delete(timers_ns, timer)
     rows: list[dict[str, Any]] = []
     reader = OverlayReader(state, wb)
-    for key in touched:
-        events = key_events(reader, ns, key, None, mark)
-        for start, end in _windows(window, [s for s, _ in events]):
-            done_key = key_prefix(key) + str(start).encode()
-            if end > mark or reader.get(meta_ns, done_key) is not None:
-                continue
-            wb.put(meta_ns, done_key, b"1")
-            inside = [(s, e) for s, e in events if start <= s < end]
-            row: dict[str, Any] = dict(zip(node.keys, key, strict=True))
-            for agg in node.aggs:
-                row[agg.into] = aggregate_values(
-                    agg, [e.get(agg.of) if agg.of else 1 for _, e in inside], [s for s, _ in inside]
-                )
-            row[ts_col] = pd.Timestamp(end - 1, unit="us", tz="UTC")
-            rows.append(row)
+    for key in sorted(due, key=repr):
+        rows.extend(_close_windows(node, ns, key, mark, ts_col, reader, wb))
     columns = [*node.keys, *(a.into for a in node.aggs), ts_col]
     return pd.DataFrame(rows, columns=columns), late
+
+
+def _close_windows(
+    node: spec.AggregateNode,
+    ns: str,
+    key: tuple[Any, ...],
+    mark: int,
+    ts_col: str,
+    reader: StateReader,
+    wb: WriteBatch,
+) -> list[dict[str, Any]]:
+    """The rows of ``key``'s windows that ``mark`` closes; re-arms a timer for its next one.
+
+    Only events after the last emitted window's reach are read (``upto``: the newest emitted
+    end), so a key's long history is not re-read at every window."""
+    meta_ns = ns + ":meta"
+    window = node.aggs[0].window
+    upto_key = b"upto:" + key_prefix(key)
+    raw_upto = reader.get(meta_ns, upto_key)
+    reach = (window.duration or 0) * US if window.kind != "session" else 1
+    lo = None if raw_upto is None else int(raw_upto) - reach
+    events = key_events(reader, ns, key, lo, mark)
+    rows = []
+    upto = None if raw_upto is None else int(raw_upto)
+    pending = []
+    for start, end in _windows(window, [s for s, _ in events]):
+        if end > mark:
+            pending.append(end)
+            continue
+        done_key = key_prefix(key) + str(start).encode()
+        if reader.get(meta_ns, done_key) is not None:
+            continue
+        wb.put(meta_ns, done_key, b"1")
+        inside = [(s, e) for s, e in events if start <= s < end]
+        row: dict[str, Any] = dict(zip(node.keys, key, strict=True))
+        for agg in node.aggs:
+            row[agg.into] = aggregate_values(
+                agg, [e.get(agg.of) if agg.of else 1 for _, e in inside], [s for s, _ in inside]
+            )
+        row[ts_col] = pd.Timestamp(end - 1, unit="us", tz="UTC")
+        rows.append(row)
+        upto = end if upto is None else max(upto, end)
+    if upto is not None:
+        wb.put(meta_ns, upto_key, str(upto).encode())
+    if pending:
+        wb.put(ns + ":timers", _timer(min(pending)) + key_prefix(key), json.dumps(key).encode())
+    return rows
+
+
+def _timer(end_us: int) -> bytes:
+    """Timers sort by window end (offset binary: negative times sort first), then key."""
+    return (end_us + 2**63).to_bytes(8, "big")
+
+
+def _first_end(w: spec.WindowSpec, t_us: int) -> int:
+    """When the first window holding an event at ``t_us`` can close (a session's: at the
+    earliest ``gap`` after it; a later event that extends it leaves a later timer)."""
+    if w.kind == "session":
+        return t_us + (w.gap or 0) * US
+    return min(s + (w.duration or 0) * US for s in _window_starts(w, t_us))
 
 
 def _closed_before(w: spec.WindowSpec, t_us: int, mark: int) -> bool:
