@@ -20,6 +20,9 @@ def spark_conf(settings: Settings, app: str = "fennel-dagster") -> dict[str, str
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
+        # offline tables are Delta tables (the delta jar is one of the stack's)
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
     if settings.spark_master.startswith("local"):
         conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = settings.host  # loopback

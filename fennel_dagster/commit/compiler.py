@@ -171,9 +171,7 @@ class _Compiler:
         if ds.keys and (ds.index or ds.online) and serving is None:
             self.index(ds, ident, topic.name, errors.name)
         if ds.offline:
-            self.out.append(_bp("offline_table", f"offline/{safe}/v{ds.version}", ds.name, {**ident, "role": "offline"}, {
-                "bucket_prefix": f"offline/{safe}/v{ds.version}/{h[:12]}/", "format": "parquet", "source_topic": topic.name,
-            }))  # fmt: skip
+            self.offline(ds, ident, topic.name)
 
     def source(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, ident: dict[str, Any],
                topic: str, errors: str) -> None:  # fmt: skip
@@ -249,6 +247,22 @@ class _Compiler:
         self.snapshots(
             f"snapshots/{safe}.index", entity, {**ident, "role": "index-snapshots"}, job.name
         )
+
+    def offline(self, ds: spec.DatasetSpec, ident: dict[str, Any], topic: str) -> None:
+        """The dataset's Delta table (one per physical version) and the job that fills it."""
+        ns, h, safe = self.ns, self.hashes[ds.name], _safe(ds.name)
+        entity = f"{ds.name}#offline"
+        bucket_prefix = f"offline/{safe}/v{ds.version}/{h[:12]}/"
+        self.out.append(_bp("offline_table", f"offline/{safe}/v{ds.version}", ds.name, {**ident, "role": "offline"}, {
+            "bucket_prefix": bucket_prefix, "format": "delta", "source_topic": topic,
+        }))  # fmt: skip
+        prefix = f"{ns}.offline.{safe}.v{ds.version}"
+        oident = {**ident, "role": "offline-writer"}
+        job = plan.OfflineJobSpec(
+            name=_name("job", prefix, oident), partitions=1,
+            table=plan.OfflineTable(ds, f"{ns}/{bucket_prefix}"), input_topic=topic,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, oident, job))
 
 
 def compile_blueprints(

@@ -30,6 +30,7 @@ from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.snapshotting import Snapshotter
@@ -38,6 +39,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.state import OverlayReader
 from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan
 
 __all__ = [
     "Fenced", "PermanentJobError", "RecoveryError", "Runner", "RunnerStats", "run_forever",
@@ -77,8 +79,11 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
+        if isinstance(job.spec, plan.OfflineJobSpec):
+            raise TypeError(f"{job.name} is an offline writer, not a stream job")
         self.settings = settings
         self.job = job
+        self.spec: plan.StreamJobSpec = job.spec
         self.partition = partition
         self.owner = owner
         self.path = state_dir or state_path(settings, owner, job.name, partition)
@@ -90,7 +95,7 @@ class Runner:
         self.group = f"{job.name}.p{partition}"
         try:
             self.logic: JobLogic = build_job(
-                job.spec, lambda t: kafka_clients.topic_partitions(settings, t, job.name)
+                self.spec, lambda t: kafka_clients.topic_partitions(settings, t, job.name)
             )
         except RecoveryError:
             raise
@@ -139,7 +144,7 @@ class Runner:
     def _recover(self, hangar: Hangar, consumer: Consumer) -> list[Any]:
         t0 = time.monotonic()
         recovery = Recovery(
-            self.settings, self.job.name, self.partition, self.job.spec.replaylog, self._process
+            self.settings, self.job.name, self.partition, self.spec.replaylog, self._process
         )
         starts = recovery.run(hangar, consumer, self.logic.input_partitions(self.partition))
         self.stats.replayed_batches += recovery.replayed.batches
@@ -180,7 +185,7 @@ class Runner:
             groups.setdefault((m.topic() or "", m.partition() or 0), []).append(
                 kafka_clients.in_message(m)
             )
-        job = self.job.spec
+        job = self.spec
         cp = Checkpoint(producer, consumer, hangar, self.partition, job.error_topic,
                         job.replaylog, self.txn_id)  # fmt: skip
         with cp.transaction():
@@ -231,7 +236,10 @@ def run_forever(
                     stop.set()
 
             beat()
-            Runner(settings, job, partition, owner).run(stop, beat)
+            if isinstance(job.spec, plan.OfflineJobSpec):
+                OfflineWriter(settings, job, owner).run(stop, beat)
+            else:
+                Runner(settings, job, partition, owner).run(stop, beat)
 
     retrying = Retrying(
         retry=retry_if_not_exception_type((Fenced, PermanentJobError)),

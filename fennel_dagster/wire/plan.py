@@ -10,7 +10,8 @@ Job kinds, one dataclass each:
 - ``SourceJobSpec``: a user's Kafka topic (or a webhook inbox) -> a dataset's topic;
 - ``PipelineJobSpec``: a pipeline's operators, as one stage or two around a repartition
   topic (``Repartition``: the cut, its keys and the schema crossing it, precomputed);
-- ``IndexJobSpec``: a keyed dataset's topic -> its as-of index.
+- ``IndexJobSpec``: a keyed dataset's topic -> its as-of index;
+- ``OfflineJobSpec``: a dataset's topic -> its offline (Delta) table on S3.
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
@@ -28,7 +29,7 @@ from fennel_dagster.wire.spec import (
     SourceSpec,
 )
 
-JobKind = Literal["source", "pipeline", "index"]
+JobKind = Literal["source", "pipeline", "index", "offline"]
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,41 @@ class IndexJobSpec:
     replaylog: str
 
 
-JobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec
-JOB_SPECS: tuple[type[JobSpec], ...] = (SourceJobSpec, PipelineJobSpec, IndexJobSpec)
+@dataclass(frozen=True)
+class OfflineTable:
+    """A dataset's offline table: a Delta table under ``prefix`` of the platform's bucket
+    (one per physical version), partitioned by event date, kept ``dataset.history``."""
+
+    dataset: DatasetSpec
+    prefix: str  # the object-store key prefix, namespace included, ending in "/"
+
+
+@dataclass(frozen=True)
+class OfflineJobSpec:
+    """Writes every row of ``input_topic`` into ``table`` exactly once: one writer (one
+    partition) reads all of the topic's partitions, and each Delta commit records the
+    offsets it covers as Delta app transactions."""
+
+    KIND: ClassVar[JobKind] = "offline"
+
+    name: str
+    partitions: int
+    table: OfflineTable
+    input_topic: str
+
+    @property
+    def dataset(self) -> DatasetSpec:
+        return self.table.dataset
+
+
+StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec  # Kafka in and out
+JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec
+JOB_SPECS: tuple[type[JobSpec], ...] = (
+    SourceJobSpec,
+    PipelineJobSpec,
+    IndexJobSpec,
+    OfflineJobSpec,
+)
 
 
 def serves_dataset(job: JobSpec) -> str | None:
@@ -131,7 +165,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
     """Every topic the job consumes (for lag and health reports)."""
     if isinstance(job, SourceJobSpec):
         return (job.external_topic,)
-    if isinstance(job, IndexJobSpec):
+    if isinstance(job, IndexJobSpec | OfflineJobSpec):
         return (job.input_topic,)
     own = (job.repartition.topic,) if job.repartition is not None else ()
     return tuple(s.topic for s in (*job.inputs, *job.lookups)) + own

@@ -11,7 +11,7 @@ from fennel_dagster.engine.jobs.source import SourceJob
 from fennel_dagster.wire import plan
 
 
-def build_job(job: plan.JobSpec, topic_partitions: Callable[[str], int]) -> JobLogic:
+def build_job(job: plan.StreamJobSpec, topic_partitions: Callable[[str], int]) -> JobLogic:
     """``topic_partitions(topic)``: the partition count of an external (user) topic."""
     if isinstance(job, plan.PipelineJobSpec):
         return PipelineJob(job)

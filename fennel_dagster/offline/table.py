@@ -1,0 +1,224 @@
+"""One dataset's offline table: a Delta table on the platform's object store.
+
+Why Delta (over Iceberg): atomic commits on plain S3 without a catalog service (its log is
+files next to the data; the only requirement is a conditional put, which S3 and the local
+S3 server both have), and app transactions (``txn`` actions) that record a writer's progress
+inside the same commit as its rows, so "which Kafka offsets are in the table" is answered by
+the table itself. delta-rs (``deltalake``) writes and reads it without a JVM; Spark reads it
+with delta-spark. Iceberg needs a catalog (REST, Hive or JDBC) for atomic commits and has no
+per-commit application metadata a reader can look up by key.
+
+Layout: the dataset's fields, then ``__day`` (event date, UTC; the partition column),
+``__deleted__`` (a keyed dataset's tombstones) and ``__partition``/``__offset`` (where the
+row was on the dataset's topic: what makes "table == topic" checkable).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from fennel_dagster.errors import EngineError
+from fennel_dagster.ops.index import DELETED
+from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan, spec
+
+DAY = "__day"
+PARTITION = "__partition"
+OFFSET = "__offset"
+META_COLUMNS = (DAY, DELETED, PARTITION, OFFSET)
+
+
+class TableConflict(EngineError):
+    """Another writer committed to the table since this one read it (a zombie or a
+    successor): this writer's view of the offsets is stale and it must stop."""
+
+
+def arrow_type(dtype: spec.DType) -> pa.DataType:
+    """The Arrow (and Delta) type a platform dtype is stored as."""
+    match dtype:
+        case spec.IntType():
+            return pa.int64()
+        case spec.FloatType():
+            return pa.float64()
+        case spec.BoolType():
+            return pa.bool_()
+        case spec.StringType() | spec.RegexType():
+            return pa.string()
+        case spec.BytesType():
+            return pa.binary()
+        case spec.TimestampType():
+            return pa.timestamp("us", tz="UTC")
+        case spec.DateType():
+            return pa.date32()
+        case spec.DecimalType(scale=scale):
+            return pa.decimal128(38, scale)
+        case spec.OptionalType(of=inner) | spec.BetweenType(of=inner) | spec.OneOfType(of=inner):
+            return arrow_type(inner)
+        case spec.ListType(of=inner):
+            return pa.list_(arrow_type(inner))
+        case spec.MapType(of=inner):
+            return pa.map_(pa.string(), arrow_type(inner))
+        case spec.EmbeddingType():
+            return pa.list_(pa.float64())
+        case spec.StructType(fields=fields):
+            return pa.struct([pa.field(f.name, arrow_type(f.dtype)) for f in fields])
+    raise TypeError(f"no Arrow type for {dtype!r}")
+
+
+def arrow_schema(ds: spec.DatasetSpec) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, arrow_type(f.dtype)) for f in ds.fields]
+        + [
+            pa.field(DAY, pa.string()),
+            pa.field(DELETED, pa.bool_()),
+            pa.field(PARTITION, pa.int32()),
+            pa.field(OFFSET, pa.int64()),
+        ]
+    )
+
+
+def storage_options(settings: Settings) -> dict[str, str]:
+    """delta-rs' object-store options for the platform's S3 endpoint. Commits rely on S3's
+    conditional put (If-None-Match), so concurrent writers conflict instead of overwriting."""
+    if settings.s3_url is None:
+        return {}
+    return {
+        "AWS_ENDPOINT_URL": settings.s3_url,
+        "AWS_ACCESS_KEY_ID": settings.s3_access_key,
+        "AWS_SECRET_ACCESS_KEY": settings.s3_secret_key,
+        "AWS_REGION": settings.s3_region,
+        "AWS_ALLOW_HTTP": str(settings.s3_url.startswith("http://")).lower(),
+        "AWS_FORCE_PATH_STYLE": "true",
+        "AWS_CONDITIONAL_PUT": "etag",
+    }
+
+
+class OfflineTable:
+    def __init__(self, settings: Settings, table: plan.OfflineTable) -> None:
+        self.settings = settings
+        self.dataset = table.dataset
+        self.prefix = table.prefix
+        self.schema = arrow_schema(table.dataset)
+        self._options = storage_options(settings)
+        self._table: DeltaTable | None = None
+
+    @property
+    def uri(self) -> str:
+        if self.settings.s3_url is None:
+            return str(self.settings.local_object_dir / self.settings.s3_bucket / self.prefix)
+        return f"s3://{self.settings.s3_bucket}/{self.prefix.rstrip('/')}"
+
+    @property
+    def spark_path(self) -> str:
+        """The path Spark reads the table at (S3A)."""
+        if self.settings.s3_url is None:
+            return self.uri
+        return f"s3a://{self.settings.s3_bucket}/{self.prefix.rstrip('/')}"
+
+    def exists(self) -> bool:
+        return self._load() is not None
+
+    def _load(self) -> DeltaTable | None:
+        if self._table is None:
+            try:
+                self._table = DeltaTable(self.uri, storage_options=self._options)
+            except TableNotFoundError:
+                return None
+        return self._table
+
+    def committed_offsets(self, topic: str, partitions: int) -> dict[int, int]:
+        """Per topic partition, the last offset already in the table (absent: none)."""
+        table = self._load()
+        if table is None:
+            return {}
+        out = {}
+        for p in range(partitions):
+            version = table.transaction_version(_app_id(topic, p))
+            if version is not None:
+                out[p] = int(version)
+        return out
+
+    def append(self, rows: pa.Table, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``rows`` and the last offset of each (topic, partition) they came from, in
+        one Delta transaction; fails with ``TableConflict`` if another writer got in first."""
+        txns = [Transaction(_app_id(t, p), o) for (t, p), o in sorted(offsets.items())]
+        target: DeltaTable | str = self._load() or self.uri
+        try:
+            write_deltalake(
+                target,
+                rows,
+                mode="append",
+                partition_by=[DAY],
+                storage_options=None if isinstance(target, DeltaTable) else self._options,
+                commit_properties=CommitProperties(app_transactions=txns),
+            )
+        except CommitFailedError as e:
+            self._table = None
+            raise TableConflict(f"offline table {self.prefix}: {e}") from e
+        self._table = None  # the next append reads the new snapshot (and sees a rival's)
+        table = self._load()
+        assert table is not None
+        for (t, p), o in offsets.items():
+            if table.transaction_version(_app_id(t, p)) != o:
+                raise TableConflict(f"offline table {self.prefix}: {t}[{p}] moved past {o}")
+
+    def expire(self, now: dt.datetime) -> int:
+        """Delete the event dates older than the dataset's ``history``; returns rows removed."""
+        table = self._load()
+        if table is None:
+            return 0
+        cutoff = (now - dt.timedelta(seconds=self.dataset.history)).date().isoformat()
+        metrics = table.delete(f"{DAY} < '{cutoff}'")
+        self._table = None
+        return int(metrics.get("num_deleted_rows", 0) or 0)
+
+    def read(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """The whole table (small tables: tests, inspection; Spark reads big ones)."""
+        table = self._load()
+        if table is None:
+            return self.schema.empty_table()
+        self._table = None
+        return table.to_pyarrow_table(columns=list(columns) if columns else None)
+
+    def version(self) -> int | None:
+        table = self._load()
+        self._table = None
+        return None if table is None else table.version()
+
+
+def to_arrow(
+    rows: pd.DataFrame,
+    deleted: pd.Series,
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+    ds: spec.DatasetSpec,
+) -> pa.Table:
+    """Typed rows of ``ds`` (as ``ops.rows.from_records`` makes them) with their table
+    columns: event date, tombstone flag, topic partition and offset."""
+    schema = arrow_schema(ds)
+    cols: dict[str, Any] = {}
+    for f in ds.fields:
+        kind = schema.field(f.name).type
+        values = rows[f.name]
+        if pa.types.is_timestamp(kind):
+            cols[f.name] = pa.array(pd.to_datetime(values, utc=True), type=kind)
+        else:
+            cols[f.name] = pa.array(values.astype(object).where(values.notna(), None), type=kind)
+    stamps = cols[ds.timestamp]
+    cols[DAY] = pc.strftime(stamps, format="%Y-%m-%d")
+    cols[DELETED] = pa.array(deleted.astype(bool).tolist(), type=pa.bool_())
+    cols[PARTITION] = pa.array(list(partitions), type=pa.int32())
+    cols[OFFSET] = pa.array(list(offsets), type=pa.int64())
+    return pa.table(cols, schema=schema)
+
+
+def _app_id(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"

@@ -1,0 +1,122 @@
+"""Offline tables: a dataset's topic lands in its Delta table exactly once, even when the
+writer is SIGKILLed during its commits; Spark reads the same table (real Kafka, S3, Spark)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import signal
+import threading
+import time
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from fennel_dagster.engine.supervisor import _runner_main
+from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable
+from fennel_dagster.ops.rows import to_records
+from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan
+from tests.engine import repo
+from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
+
+pytestmark = pytest.mark.services
+
+
+def _writer(s: Settings, job: Any) -> Any:
+    proc = mp.get_context("spawn").Process(
+        target=_runner_main, args=(s, job.to_json(), 0, "offline-test"), daemon=True
+    )
+    proc.start()
+    return proc
+
+
+def _table_rows(table: OfflineTable) -> list[tuple[int, int]]:
+    t = table.read([PARTITION, OFFSET]).to_pydict()
+    return sorted(zip(t[PARTITION], t[OFFSET], strict=True))
+
+
+def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topic(
+    engine_settings: Settings,
+) -> None:
+    s = engine_settings.with_(offline_flush_s=0.3)
+    create_topic(s, f"{s.namespace}.raw")
+    jobs = commit(s, repo.graph(f"{s.namespace}.raw"))
+    job = jobs["offline:Txn"]
+    assert isinstance(job.spec, plan.OfflineJobSpec)
+    topic = job.spec.input_topic
+    table = OfflineTable(s, job.spec.table)
+    ev = repo.events(20000, keys=20, seed=3)
+    sent: list[pd.DataFrame] = []
+    stop = threading.Event()
+
+    def trickle() -> None:  # rows keep arriving, so the writer is always about to commit
+        for i in range(0, len(ev), 40):
+            produce_rows(s, topic, to_records(ev.iloc[i : i + 40]))
+            sent.append(ev.iloc[i : i + 40])
+            if stop.wait(0.25):
+                return
+
+    producer = threading.Thread(target=trickle, daemon=True)
+    producer.start()
+    kills = 0
+    proc = None
+    try:
+        while kills < 24:
+            proc = _writer(s, job)
+            before = table.version()
+            # kill once the writer is committing: after a commit of its own, at a random moment
+            wait_for(lambda b=before: table.version() != b, 60, "a commit")  # type: ignore[misc]
+            time.sleep(random.uniform(0.0, 0.5))
+            os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            proc.join(10)
+            kills += 1
+        stop.set()
+        producer.join(60)
+        proc = _writer(s, job)  # the last run finishes the topic
+        produced = pd.concat(sent, ignore_index=True)
+        want = sorted((p, o) for p, o, _ in read_topic(s, topic, 4, expect=len(produced)))
+        wait_for(lambda: len(_table_rows(table)) >= len(want), 120, "the whole topic")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(30)
+    assert kills >= 20
+    assert len(want) == len(produced)
+    assert _table_rows(table) == want  # every offset once: nothing lost, nothing twice
+    got = table.read().to_pandas().sort_values(["uid", "ts", "amount"]).reset_index(drop=True)
+    exp = produced.sort_values(["uid", "ts", "amount"]).reset_index(drop=True)
+    assert got["uid"].tolist() == exp["uid"].tolist()
+    assert got["amount"].tolist() == pytest.approx(exp["amount"].tolist())
+    assert (pd.to_datetime(got["ts"], utc=True) == pd.to_datetime(exp["ts"], utc=True)).all()
+    days = set(got["__day"])
+    assert days == {t.date().isoformat() for t in pd.to_datetime(exp["ts"], utc=True)}
+
+
+def test_spark_reads_the_offline_table_the_engine_wrote(
+    engine_settings: Settings, spark: Any
+) -> None:
+    s = engine_settings.with_(offline_flush_s=0.2)
+    create_topic(s, f"{s.namespace}.raw")
+    jobs = commit(s, repo.graph(f"{s.namespace}.raw"))
+    job = jobs["offline:Txn"]
+    assert isinstance(job.spec, plan.OfflineJobSpec)
+    ev = repo.events(300, keys=5, seed=5)
+    produce_rows(s, job.spec.input_topic, to_records(ev))
+    table = OfflineTable(s, job.spec.table)
+    proc = _writer(s, job)
+    try:
+        wait_for(lambda: len(_table_rows(table)) >= len(ev), 90, "the rows")
+    finally:
+        proc.terminate()
+        proc.join(30)
+    df = spark.read.format("delta").load(table.spark_path)
+    assert df.count() == len(ev)
+    totals = {r["uid"]: r["s"] for r in df.groupBy("uid").agg({"amount": "sum"})
+              .withColumnRenamed("sum(amount)", "s").collect()}  # fmt: skip
+    want = ev.groupby("uid")["amount"].sum().to_dict()
+    assert totals == pytest.approx(want)
