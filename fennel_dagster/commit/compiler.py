@@ -190,7 +190,10 @@ class _Compiler:
             })  # fmt: skip
             self.out.append(bp)
             inbox = plan.WebhookInbox(src.connector.name, endpoint, bp.name, self.partitions)
-        external = inbox.topic if inbox is not None else str(config.get("topic", ""))
+        if src.connector.kind == "s3":
+            external = self.s3_ingest(ds, i, src, sident, entity, errors)
+        else:
+            external = inbox.topic if inbox is not None else str(config.get("topic", ""))
         prefix = f"{ns}.job.{safe}.src{i}"
         job = plan.SourceJobSpec(
             name=_name("job", prefix, sident), partitions=self.partitions, dataset=ds, source=src,
@@ -198,6 +201,25 @@ class _Compiler:
             webhook=inbox,
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, sident, job))
+
+    def s3_ingest(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, sident: dict[str, Any],
+                  entity: str, errors: str) -> str:  # fmt: skip
+        """An S3 source: its inbox topic (rows of new files, sent by Spark), its file ledger,
+        and the ingest job; returns the inbox, which the source job reads like a Kafka topic."""
+        ns, safe = self.ns, _safe(ds.name)
+        inbox = self.topic(f"{ns}.s3inbox.{safe}.src{i}", entity, sident,
+                           "s3-inbox", self.partitions, [], {"cleanup.policy": "delete"})  # fmt: skip
+        ledger = self.topic(f"{ns}.s3ledger.{safe}.src{i}", entity, sident,
+                            "s3-ledger", 1, [], {"cleanup.policy": "compact"})  # fmt: skip
+        prefix = f"{ns}.s3ingest.{safe}.src{i}"
+        iident = {**sident, "role": "s3-ingest"}
+        job = plan.S3IngestJobSpec(
+            name=_name("job", prefix, iident), partitions=1, dataset=ds, source=src,
+            inbox_topic=inbox.name, inbox_partitions=self.partitions, ledger_topic=ledger.name,
+            error_topic=errors,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, iident, job))
+        return inbox.name
 
     def pipeline(self, ds: spec.DatasetSpec, p: spec.PipelineSpec, ident: dict[str, Any], topic: str,
                  errors: str, serves: plan.AggregateServing | None) -> None:  # fmt: skip

@@ -14,7 +14,7 @@ from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
 
-ENGINE_CONNECTORS = ("kafka", "webhook")
+ENGINE_CONNECTORS = ("kafka", "webhook", "s3")
 
 
 def engine_shapes(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
@@ -32,8 +32,8 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
             where = f"source {c.kind}({c.name})"
             if c.kind not in ENGINE_CONNECTORS:
                 yield Violation(ds.name, where, (
-                    f"the streaming engine has no reader for {c.kind} sources (it reads Kafka "
-                    "topics and webhook endpoints)"),
+                    f"the platform has no reader for {c.kind} sources (it reads Kafka topics, "
+                    "webhook endpoints and S3 prefixes)"),
                     "feed the rows through a Kafka topic or a Webhook endpoint (Client.log), "
                     "or select this source out with env=")  # fmt: skip
             elif c.kind == "kafka" and not dict(c.config).get("topic"):

@@ -71,7 +71,8 @@ class OfflineWriter:
                             first_at = time.monotonic()
                         pending.append(in_message(msg))
                 if pending and (
-                    len(pending) >= FLUSH_ROWS or time.monotonic() - first_at >= self.settings.offline_flush_s
+                    len(pending) >= FLUSH_ROWS
+                    or time.monotonic() - first_at >= self.settings.offline_flush_s
                 ):
                     self._flush(pending)
                     pending = []

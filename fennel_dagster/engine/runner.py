@@ -23,6 +23,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from tenacity import Retrying, retry_if_not_exception_type, stop_when_event_set, wait_exponential
 
+from fennel_dagster.batch.s3_ingest import S3Poller
+from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
 from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
@@ -79,8 +81,8 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
-        if isinstance(job.spec, plan.OfflineJobSpec):
-            raise TypeError(f"{job.name} is an offline writer, not a stream job")
+        if isinstance(job.spec, plan.OfflineJobSpec | plan.S3IngestJobSpec):
+            raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings
         self.job = job
         self.spec: plan.StreamJobSpec = job.spec
@@ -238,6 +240,9 @@ def run_forever(
             beat()
             if isinstance(job.spec, plan.OfflineJobSpec):
                 OfflineWriter(settings, job, owner).run(stop, beat)
+            elif isinstance(job.spec, plan.S3IngestJobSpec):
+                spark = spark_session(settings, app=job.name)
+                S3Poller(settings, job.spec, spark).run(stop, beat)
             else:
                 Runner(settings, job, partition, owner).run(stop, beat)
 

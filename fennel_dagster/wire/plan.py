@@ -11,7 +11,9 @@ Job kinds, one dataclass each:
 - ``PipelineJobSpec``: a pipeline's operators, as one stage or two around a repartition
   topic (``Repartition``: the cut, its keys and the schema crossing it, precomputed);
 - ``IndexJobSpec``: a keyed dataset's topic -> its as-of index;
-- ``OfflineJobSpec``: a dataset's topic -> its offline (Delta) table on S3.
+- ``OfflineJobSpec``: a dataset's topic -> its offline (Delta) table on S3;
+- ``S3IngestJobSpec``: new files under an S3 source's prefix -> the source's inbox topic
+  (read by Spark), from which a ``SourceJobSpec`` applies the source's rules.
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
@@ -29,7 +31,7 @@ from fennel_dagster.wire.spec import (
     SourceSpec,
 )
 
-JobKind = Literal["source", "pipeline", "index", "offline"]
+JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest"]
 
 
 @dataclass(frozen=True)
@@ -142,13 +144,31 @@ class OfflineJobSpec:
         return self.table.dataset
 
 
+@dataclass(frozen=True)
+class S3IngestJobSpec:
+    """Polls ``source``'s S3 prefix (every ``source.every``) and sends each new file's rows to
+    ``inbox_topic`` once, recording the file on ``ledger_topic`` in the same transaction."""
+
+    KIND: ClassVar[JobKind] = "s3_ingest"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    source: SourceSpec
+    inbox_topic: str
+    inbox_partitions: int
+    ledger_topic: str
+    error_topic: str
+
+
 StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec  # Kafka in and out
-JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec
+JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | S3IngestJobSpec
 JOB_SPECS: tuple[type[JobSpec], ...] = (
     SourceJobSpec,
     PipelineJobSpec,
     IndexJobSpec,
     OfflineJobSpec,
+    S3IngestJobSpec,
 )
 
 
@@ -167,5 +187,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
         return (job.external_topic,)
     if isinstance(job, IndexJobSpec | OfflineJobSpec):
         return (job.input_topic,)
+    if isinstance(job, S3IngestJobSpec):
+        return ()
     own = (job.repartition.topic,) if job.repartition is not None else ()
     return tuple(s.topic for s in (*job.inputs, *job.lookups)) + own

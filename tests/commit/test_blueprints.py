@@ -48,9 +48,10 @@ def test_every_dataset_gets_its_topics_jobs_and_tables() -> None:
     bs = blueprints(example())
     us = [b for b in bs.blueprints if b.entity.startswith("UserSpend")]
     kinds = sorted((b.kind, b.spec_dict().get("role") or b.spec_dict().get("kind", "")) for b in us)
-    # a terminal continuous aggregate is served from its pipeline job's state: no index job
+    # a terminal continuous aggregate is served from its pipeline job's state: no index job;
+    # its offline writer fills the offline table from the dataset topic
     assert kinds == [
-        ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
+        ("job", "offline"), ("job", "pipeline"), ("offline_table", ""), ("snapshot_prefix", ""),
         ("topic", "dataset"), ("topic", "error"), ("topic", "repartition"), ("topic", "replaylog"),
     ]  # fmt: skip
     job = next(j for j in jobs_of(bs) if isinstance(j, plan.PipelineJobSpec)

@@ -65,6 +65,8 @@ def test_the_engine_builds_every_job_from_its_typed_spec(repo: str) -> None:
     kinds = {plan.SourceJobSpec: SourceJob, plan.PipelineJobSpec: PipelineJob,
              plan.IndexJobSpec: IndexJob}  # fmt: skip
     for job in jobs:
+        if isinstance(job, plan.OfflineJobSpec | plan.S3IngestJobSpec):
+            continue  # not stream jobs: the offline writer and the S3 poller run them
         logic = build_job(job, lambda topic: 3)
         assert isinstance(logic, kinds[type(job)]) and logic.name == job.name
         read = {t for t, _ in logic.input_partitions(0)}
@@ -258,30 +260,38 @@ def test_a_branch_beside_the_repartition_is_refused_with_its_fix() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    "connector, shown",
-    [
-        (S3(name="lake").bucket("b", prefix="p/"), "s3(lake)"),
-        (Postgres(name="crm", db_name="crm").table("users", cursor="ts"), "postgres(crm)"),
-    ],
-)
-def test_sources_the_engine_cannot_read_are_refused_at_commit(
-    connector: object, shown: str
-) -> None:
+def test_sources_the_platform_cannot_read_are_refused_at_commit() -> None:
     @meta(owner=OWNER)
-    @source(connector, cdc="append")  # type: ignore[arg-type]
+    @source(Postgres(name="crm", db_name="crm").table("users", cursor="ts"), cdc="append")
     @dataset
     class Raw:
         uid: int
         ts: datetime
 
     assert _rejected([Raw]) == [
-        f"Raw (source {shown}): the streaming engine has no reader for {shown.split('(')[0]} "
-        "sources (it reads Kafka topics and webhook endpoints): feed the rows through a Kafka "
+        "Raw (source postgres(crm)): the platform has no reader for postgres sources (it reads "
+        "Kafka topics, webhook endpoints and S3 prefixes): feed the rows through a Kafka "
         "topic or a Webhook endpoint (Client.log), or select this source out with env="
     ]
     # the mock reads no connector (rows are logged to it), so it accepts the same commit
     MockClient().commit("ok", [Raw])
+
+
+def test_an_s3_source_compiles_to_an_inbox_a_ledger_and_an_ingest_job() -> None:
+    @meta(owner=OWNER)
+    @source(S3(name="lake").bucket("b", prefix="p/", format="parquet"), cdc="append")
+    @dataset
+    class Raw:
+        uid: int
+        ts: datetime
+
+    assert _rejected([Raw]) == []
+    jobs = compiled([Raw], [])
+    ingest = next(j for j in jobs if isinstance(j, plan.S3IngestJobSpec))
+    src = next(j for j in jobs if isinstance(j, plan.SourceJobSpec))
+    assert src.external_topic == ingest.inbox_topic  # the source job applies the rules
+    assert ingest.partitions == 1 and ingest.error_topic == src.error_topic
+    assert ".s3ledger." in ingest.ledger_topic
 
 
 def test_a_kafka_source_without_a_topic_is_refused() -> None:
