@@ -64,7 +64,7 @@ def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topi
     kills = 0
     proc = None
     try:
-        while kills < 24:
+        while kills < 20:
             proc = _writer(s, job)
             before = table.version()
             # kill once the writer is committing: after a commit of its own, at a random moment
