@@ -30,6 +30,7 @@ from fennel_dagster.aggregate import (
     Stddev,
     Sum,
 )
+from fennel_dagster.batch import native
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.mock import MockClient
@@ -38,6 +39,7 @@ from fennel_dagster.ops.pipeline import PipelineExecutor
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Hopping, Session, Tumbling
+from fennel_dagster.wire import spec
 
 pytestmark = pytest.mark.services
 
@@ -388,3 +390,55 @@ def test_changelog(spark: Any, versions: list[tuple[int, str | None, int]]) -> N
     cols = [f.name for f in by_name["Moves"].fields]
     got_rows = [r.asDict() for r in got.select(*cols).collect()]
     assert _multiset(got_rows, cols) == _multiset(want, cols)
+
+
+def _native_aggregate(span: str) -> type:
+    """Only count/sum/avg/min/max: Spark computes these with its own window functions."""
+
+    @meta(owner=OWNER)
+    @dataset(index=True)
+    class Fast:
+        uid: int = field(key=True)
+        n: int
+        nonnull: int
+        total: float
+        mean: float
+        low: float | None
+        high: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev)
+        def agg(cls, ev):
+            window = Continuous(span)
+            return ev.groupby("uid").aggregate(
+                n=Count(window=window),
+                nonnull=Count(of="v", dropnull=True, window=window),
+                total=Sum(of="v", window=window),
+                mean=Avg(of="v", window=window, default=-1.0),
+                low=Min(of="v", window=window),
+                high=Max(of="v", window=window, default=0.0),
+            )
+
+    return Fast
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_continuous_window_on_native_spark_windows(
+    spark: Any, evs: list[dict[str, Any]]
+) -> None:
+    fast = _native_aggregate("1h")
+    commit = commit_spec("p", [Ev, fast], [])
+    node = next(d for d in commit.datasets if d.name == "Fast").pipelines[0].nodes[-1]
+    assert isinstance(node, spec.AggregateNode)
+    assert native.eligible(node, list(commit.datasets[0].fields))  # the native road is taken
+    _assert_same(spark, [Ev, fast], "Fast", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_forever_window_on_native_spark_windows(
+    spark: Any, evs: list[dict[str, Any]]
+) -> None:
+    _assert_same(spark, [Ev, _native_aggregate("forever")], "Fast", evs)

@@ -1,0 +1,130 @@
+"""Batch benchmark: the streaming benchmark's Count + Sum continuous aggregation computed by
+Spark (the backfill path) vs by the stream engine, on the same events, in one run.
+
+``python -m bench.batch_bench --sizes 100000,1000000 --engine-events 100000`` against the
+local stack. Spark reads the events from a Delta table on S3 (the shape of an offline
+table), runs the pipeline with ``batch.pipeline.SparkPipeline`` and writes the output Delta
+table to S3, as a backfill does; its CPU is the whole process tree (driver, JVM, Python
+workers). The engine runs ``fennel-dagster engine`` on the same events pre-produced to Kafka
+(``bench.stream_bench.engine_throughput``). Events per CPU-second = events/s per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.stream_bench import engine_throughput, produce_events, tree_cpu
+from bench.stream_repos import keyless
+from fennel_dagster.batch.pipeline import SparkPipeline
+from fennel_dagster.batch.spark import spark_session
+from fennel_dagster.declare import commit_spec
+from fennel_dagster.settings import Settings, get_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+T0_US = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
+
+
+def make_events(spark: object, s: Settings, n: int, keys: int, path: str) -> None:
+    """n events {uid, amount, ts} (100 ms apart, +-2 s jitter) as a Delta table, by Spark."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    df = spark.range(n).select(  # type: ignore[attr-defined]
+        (F.hash("id", F.lit(1)) % keys).cast("long").alias("uid_raw"),
+        ((F.abs(F.hash("id", F.lit(2))) % 100) + 1).cast("double").alias("amount"),
+        F.timestamp_micros(
+            F.lit(T0_US) + F.col("id") * 100_000 + (F.hash("id", F.lit(3)) % 2_000_000)
+        ).alias("ts"),
+    )
+    df = df.select(F.abs("uid_raw").alias("uid"), "amount", "ts")
+    df.write.format("delta").mode("overwrite").save(path)
+
+
+def spark_backfill(spark: object, src: str, out: str) -> dict[str, float]:
+    commit = commit_spec("bench", keyless("unused"), [])
+    by_name = {d.name: d for d in commit.datasets}
+    agg = by_name["BenchAgg"]
+    cpu0, t0 = tree_cpu(os.getpid()), time.monotonic()
+    events = spark.read.format("delta").load(src)  # type: ignore[attr-defined]
+    n = events.count()
+    rows = SparkPipeline(agg.pipelines[0], by_name).run({"BenchTxn": events})
+    rows.write.format("delta").mode("overwrite").save(out)
+    wall, cpu = time.monotonic() - t0, tree_cpu(os.getpid()) - cpu0
+    return {"events": n, "events/s": n / wall, "events/cpu-s": n / cpu, "wall": wall, "cpu": cpu}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100000,1000000", help="Spark input sizes (events)")
+    ap.add_argument("--engine-events", type=int, default=100_000)
+    ap.add_argument("--keys", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=8, help="spark.sql.shuffle.partitions")
+    args = ap.parse_args()
+    base = get_settings()
+    tag = f"bb{uuid.uuid4().hex[:6]}"
+    s = base.with_(pg_schema=tag, namespace=tag, state_dir=base.state_path / tag)
+
+    spark = spark_session(s, app="batch-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
+    root = f"s3a://{s.s3_bucket}/{tag}"
+    spark_rows = {}
+    for n in [int(x) for x in args.sizes.split(",")]:
+        make_events(spark, s, n, args.keys, f"{root}/events-{n}")
+        spark_rows[n] = spark_backfill(spark, f"{root}/events-{n}", f"{root}/out-{n}")
+        print(f"spark {n:,}: {spark_rows[n]}", flush=True)
+    spark.stop()
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    src = f"{tag}.src"
+    admin = AdminClient({"bootstrap.servers": s.kafka_servers})
+    for f in admin.create_topics([NewTopic(src, 1, 1)]).values():
+        f.result(30)
+    produce_events(s, src, args.engine_events, args.keys)
+    eng = engine_throughput(s, src, args.engine_events, args.keys, "keyless", None, "e")
+    print(f"engine {args.engine_events:,}: {eng}", flush=True)
+
+    sizes = sorted(spark_rows)
+    lines = [
+        "# Batch benchmark: Spark backfill vs the stream engine",
+        "",
+        f"`python -m bench.batch_bench --sizes {args.sizes} --engine-events {args.engine_events}"
+        f" --keys {args.keys} --partitions {args.partitions}` on "
+        f"{datetime.now(UTC):%Y-%m-%d}; 2 cores, 24 GiB, Spark local[*], one Kafka broker. "
+        'The same pipeline (Count + Sum per uid over Continuous("1h"), 1000 keys).',
+        "",
+        "| contender | events | events/s (wall) | events per CPU-second | wall s | CPU s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        r = spark_rows[n]
+        lines.append(f"| Spark backfill (Delta on S3 -> Delta on S3) | {n:,} | {r['events/s']:,.0f} "
+                     f"| {r['events/cpu-s']:,.0f} | {r['wall']:.1f} | {r['cpu']:.1f} |")  # fmt: skip
+    lines.append(f"| stream engine (Kafka -> Kafka, exactly once) | {args.engine_events:,} "
+                 f"| {eng['events/s']:,.0f} | {eng['events/cpu-s']:,.0f} | {eng['wall']:.1f} "
+                 f"| {eng['cpu']:.1f} |")  # fmt: skip
+    big = spark_rows[sizes[-1]]
+    lines += [
+        "",
+        "| ratio | value | target |",
+        "|---|---:|---:|",
+        f"| Spark / engine, per core (largest size) | {big['events/cpu-s'] / eng['events/cpu-s']:.1f} | >= 50 |",
+    ]
+    if len(sizes) > 1:
+        small = spark_rows[sizes[0]]
+        growth = (big["wall"] / small["wall"]) / (sizes[-1] / sizes[0])
+        lines.append(f"| wall time growth / event growth ({sizes[0]:,} -> {sizes[-1]:,}) "
+                     f"| {growth:.2f} | <= 1.0 (linear) |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = ROOT / "bench" / "results" / "batch.md"
+    out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
