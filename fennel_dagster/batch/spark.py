@@ -23,6 +23,9 @@ def spark_conf(settings: Settings, app: str = "fennel-dagster") -> dict[str, str
         # offline tables are Delta tables (the delta jar is one of the stack's)
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta reads its log with 50 tasks by default, sized for clusters and huge logs
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.ui.showConsoleProgress": "false",
     }
     if settings.spark_master.startswith("local"):
         conf["spark.driver.bindAddress"] = conf["spark.driver.host"] = settings.host  # loopback
