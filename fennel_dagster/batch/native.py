@@ -18,15 +18,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
 from fennel_dagster.batch.expr import spark_type
+from fennel_dagster.ops.rows import base_type
 from fennel_dagster.wire import spec
 
 NATIVE_KINDS = ("count", "sum", "avg", "min", "max")
 
 
 def _numeric(dtype: spec.DType) -> bool:
-    while isinstance(dtype, spec.OptionalType | spec.BetweenType):
-        dtype = dtype.of
-    return isinstance(dtype, spec.IntType | spec.FloatType)
+    return isinstance(base_type(dtype), spec.IntType | spec.FloatType)
 
 
 def eligible(node: spec.AggregateNode, fields_in: list[spec.FieldSpec]) -> bool:

@@ -132,9 +132,11 @@ class SparkPipeline:
     def _partition_keys(self, node: spec.Node) -> list[str]:
         """The columns whose equal values must meet in one task for ``node``'s state."""
         match node:
-            case spec.AggregateNode(keys=keys) | spec.FirstNode(keys=keys):
-                return list(keys)
-            case spec.LatestNode(keys=keys):
+            case (
+                spec.AggregateNode(keys=keys)
+                | spec.FirstNode(keys=keys)
+                | spec.LatestNode(keys=keys)
+            ):
                 return list(keys)
             case spec.DedupNode(by=by):
                 return list(by) or [f.name for f in self.schemas[node.input] if not f.timestamp]

@@ -30,6 +30,7 @@ import pandas as pd
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fennel_dagster.errors import ExecutionError
+from fennel_dagster.ops.rows import base_type
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan, spec
@@ -150,7 +151,7 @@ def ingest(
     if fmt not in FORMATS:
         raise S3SourceError(f"{where(job)}: format {fmt!r} is not one of {', '.join(FORMATS)}")
     bucket = str(cfg["bucket"])
-    by_uri = {_uri(settings, bucket, f.path): f for f in todo}
+    by_uri = {f"s3a://{bucket}/{f.path}": f for f in todo}
     numbers = _numeric_fields(job.dataset) if fmt == "csv" else {}
     send = _sender(settings, job, {u: f.ledger_key for u, f in by_uri.items()}, numbers)
     try:
@@ -182,10 +183,6 @@ def ingest(
     return report
 
 
-def _uri(settings: Settings, bucket: str, key: str) -> str:
-    return f"s3a://{bucket}/{key}"
-
-
 def _messages(spark: Any, fmt: str, cfg: dict[str, Any], uris: list[str]) -> Any:
     """(file, value): one JSON message per row. JSON lines go as they are (the source job
     parses them, as it parses a Kafka message); CSV cells as text (typed in ``_sender`` by
@@ -215,9 +212,7 @@ def _numeric_fields(ds: spec.DatasetSpec) -> dict[str, str]:
     """CSV cells to type: field -> "int" | "float" | "bool" (others stay text)."""
     out = {}
     for f in ds.fields:
-        t = f.dtype
-        while isinstance(t, spec.OptionalType | spec.BetweenType | spec.OneOfType):
-            t = t.of
+        t = base_type(f.dtype)
         if isinstance(t, spec.IntType):
             out[f.name] = "int"
         elif isinstance(t, spec.FloatType):

@@ -344,17 +344,12 @@ class PipelineExecutor:
     ) -> pd.DataFrame:
         ns = f"{'first' if isinstance(node, spec.FirstNode) else 'latest'}:{self.scope}:{node.id}"
         reader = OverlayReader(state, wb)
-        # event time, then content: rows of one instant are taken in the same order whatever
-        # order they arrived in (the mock, the engine and Spark see them in different orders)
-        content = [dumps(r) for r in to_records(df, list(df.columns))]
-        by_time = sorted(
-            range(len(df)), key=lambda i: (micros(pd.Timestamp(df[ts].iloc[i])), content[i])
-        )
-        order = df.iloc[by_time].reset_index(drop=True)
+        order = df.iloc[_time_content_order(df, ts)].reset_index(drop=True)
+        stamps = _micros(order[ts])
         emit = []
         for i, row in enumerate(order[list(keys)].astype(object).to_numpy().tolist()):
             k = key_prefix(tuple(json_value(v) for v in row))
-            t = micros(pd.Timestamp(order[ts].iloc[i]))
+            t = stamps[i]
             prev = reader.get(ns, k)
             newer = prev is None or (
                 t > int(prev) if isinstance(node, spec.LatestNode) else t < int(prev)
@@ -371,10 +366,9 @@ class PipelineExecutor:
         by = list(node.by) or [c for c in df.columns if c != ts]
         reader = OverlayReader(state, wb)
         keep = []
-        stamps = [micros(pd.Timestamp(t)) for t in df[ts]]
-        content = [dumps(r) for r in to_records(df, list(df.columns))]
+        stamps = _micros(df[ts])
         # of several duplicates arriving together, the first in (time, content) order stays
-        for i in sorted(range(len(df)), key=lambda i: (stamps[i], content[i])):
+        for i in _time_content_order(df, ts):
             t = stamps[i]
             bucket = (
                 t
@@ -390,6 +384,23 @@ class PipelineExecutor:
                 wb.put(ns, ident, b"1")
                 keep.append(i)
         return df.iloc[keep].reset_index(drop=True)
+
+
+def _micros(stamps: pd.Series) -> list[int]:
+    return [micros(pd.Timestamp(t)) for t in stamps]
+
+
+def _time_content_order(df: pd.DataFrame, ts: str) -> list[int]:
+    """Row positions by event time, then by content among rows of one instant: the order the
+    mock, the engine and Spark all take a batch in, whatever order its rows arrived in.
+    Only rows that share an instant are encoded."""
+    stamps = _micros(df[ts])
+    tied = pd.Series(stamps).duplicated(keep=False).tolist()
+    if not any(tied):
+        return sorted(range(len(df)), key=stamps.__getitem__)
+    rows = to_records(df.iloc[[i for i, t in enumerate(tied) if t]], list(df.columns))
+    content = dict(zip((i for i, t in enumerate(tied) if t), map(dumps, rows), strict=True))
+    return sorted(range(len(df)), key=lambda i: (stamps[i], content.get(i, b"")))
 
 
 __all__ = ["BatchResult", "PipelineError", "PipelineExecutor", "RowError"]

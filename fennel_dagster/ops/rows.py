@@ -15,7 +15,8 @@ import pandas as pd
 from fennel_dagster.wire import spec
 
 
-def _base(t: spec.DType) -> spec.DType:
+def base_type(t: spec.DType) -> spec.DType:
+    """A dtype without its Optional / restriction wrappers."""
     while isinstance(t, spec.OptionalType | spec.BetweenType | spec.OneOfType):
         t = t.of
     return t
@@ -100,7 +101,7 @@ def from_records(
 
 
 def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
-    base = _base(dtype)
+    base = base_type(dtype)
     match base:
         case spec.TimestampType():
             return pd.Series(

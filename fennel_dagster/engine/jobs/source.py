@@ -21,7 +21,7 @@ from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, Ou
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.keys import micros
-from fennel_dagster.ops.rows import dumps, json_value
+from fennel_dagster.ops.rows import base_type, dumps, json_value
 from fennel_dagster.ops.schema import _check
 from fennel_dagster.ops.source_rules import preprocess, where_function, where_mask
 from fennel_dagster.ops.state import StateReader, WriteBatch
@@ -47,7 +47,9 @@ class SourceJob:
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
         self._ts_fields = [
-            f.name for f in self.dataset.fields if isinstance(_base(f.dtype), spec.TimestampType)
+            f.name
+            for f in self.dataset.fields
+            if isinstance(base_type(f.dtype), spec.TimestampType)
         ]
 
     def input_partitions(self, partition: int) -> list[tuple[str, int]]:
@@ -225,9 +227,3 @@ class SourceJob:
             f"source {self.source.connector.kind}({self.source.connector.name}) of "
             f"{self.dataset.name}", row,
         )  # fmt: skip
-
-
-def _base(t: spec.DType) -> spec.DType:
-    while isinstance(t, spec.OptionalType | spec.BetweenType | spec.OneOfType):
-        t = t.of
-    return t

@@ -51,7 +51,7 @@ def run_windowed(
     """Tumbling/hopping/session: record events, emit windows the watermark has closed."""
     ns = namespace(scope, node)
     meta_ns = ns + ":meta"
-    timers_ns = ns + ":timers"
+    timers_ns = timers_namespace(ns)
     window = node.aggs[0].window
     reader = OverlayReader(state, wb)
     raw_mark = reader.get(meta_ns, b"watermark")
@@ -74,7 +74,6 @@ def run_windowed(
         due.add(tuple(json.loads(raw_key)))
         wb.delete(timers_ns, timer)
     rows: list[dict[str, Any]] = []
-    reader = OverlayReader(state, wb)
     for key in sorted(due, key=repr):
         rows.extend(_close_windows(node, ns, key, mark, ts_col, reader, wb))
     columns = [*node.keys, *(a.into for a in node.aggs), ts_col]
@@ -124,8 +123,14 @@ def _close_windows(
     if upto is not None:
         wb.put(meta_ns, upto_key, str(upto).encode())
     if pending:
-        wb.put(ns + ":timers", _timer(min(pending)) + key_prefix(key), json.dumps(key).encode())
+        wb.put(
+            timers_namespace(ns), _timer(min(pending)) + key_prefix(key), json.dumps(key).encode()
+        )
     return rows
+
+
+def timers_namespace(ns: str) -> str:
+    return ns + ":timers"
 
 
 def _timer(end_us: int) -> bytes:
