@@ -9,12 +9,14 @@ canonical wire bytes of a CommitSpec, base64) for a direct submission.
 
 import base64
 import getpass
+import threading
 
 from dagster import Config, OpExecutionContext, job, op
 from dagster_graphql import DagsterGraphQLClient
 
 from fennel_dagster.client import Client
 from fennel_dagster.commit import requests
+from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import get_settings
 from fennel_dagster.wire import decode
 
@@ -34,6 +36,18 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
     settings = context.resources.fennel.settings()
     with Client(settings) as client:
         request_id = config.request_id
+
+        # a backfill's progress, to the run's log and the waiting client; Spark's progress
+        # thread reports too, so it has a connection of its own
+        progress_conn = connect(settings, settings.pg_schema)
+        guard = threading.Lock()
+
+        def progress(line: str) -> None:
+            context.log.info(line)
+            with guard:
+                requests.progress(progress_conn, request_id, line)
+
+        client.on_progress = progress
         if not request_id:
             if not config.wire_b64:
                 raise ValueError(
@@ -52,7 +66,10 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
             client.branch = req.branch
             return client.commit_spec(decode(req.wire), branch=req.branch)
 
-        result = requests.carry_out(client.conn, request_id, context.run_id, commit_to_branch)
+        try:
+            result = requests.carry_out(client.conn, request_id, context.run_id, commit_to_branch)
+        finally:
+            progress_conn.close()
     context.log.info(
         f"commit {result['commit_id']} on {result['branch']}: {len(result['created'])} created, "
         f"{len(result['reused'])} reused, {len(result['released'])} released"

@@ -15,7 +15,6 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from fennel_dagster.errors import ClientError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
 
@@ -35,19 +34,6 @@ class LogResult:
     accepted: int
     rejected: list[BadRow] = field(default_factory=list)
     errors: list[RowError] = field(default_factory=list)
-
-
-class BackfillUnsupported(ClientError, ValueError):
-    """``backfill=False``: new pipelines always process their inputs' retained history."""
-
-
-def refuse_no_backfill(backfill: bool) -> None:
-    if not backfill:
-        raise BackfillUnsupported(
-            "commit(backfill=False) is not supported: a new pipeline processes the full "
-            "retained history of its inputs (on the mock: every row logged so far); commit "
-            "with backfill=True (the default)"
-        )
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ import getpass
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pandas as pd
@@ -24,15 +24,17 @@ from fennel_dagster.api import (
     dataset_name,
     feature_name,
     now_for,
-    refuse_no_backfill,
 )
+from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.commit import bank, branches, janitor, protocol, requests
 from fennel_dagster.commit.blueprint import BlueprintDiff
+from fennel_dagster.commit.compiler import job_of
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine import lookups
+from fennel_dagster.engine.backfill import Backfiller
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
@@ -52,10 +54,14 @@ class Client:
         branch: str = "main",
         author: str | None = None,
         via_dagster: bool = False,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         """``via_dagster=True``: commits go through the Dagster deployment (a commit request
-        the commit sensor turns into a run) instead of running the protocol in-process."""
+        the commit sensor turns into a run) instead of running the protocol in-process.
+        ``on_progress`` receives a commit's progress lines (backfills); default: printed."""
         self.via_dagster = via_dagster
+        self.on_progress = on_progress or (lambda line: print(line, flush=True))
+        self._spark: Any = None
         self.settings = settings or get_settings()
         self.branch = branch
         self.author = author or getpass.getuser()
@@ -108,13 +114,16 @@ class Client:
         A rejected commit raises ``CommitRejected`` listing every validation error. ``env``
         selects the sources, pipelines and extractors whose ``env=`` names it.
         """
-        refuse_no_backfill(backfill)
         target = branch or self.branch
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
-        return self.commit_spec(request, preview=preview, branch=target)
+        return self.commit_spec(request, preview=preview, branch=target, backfill=backfill)
 
     def commit_spec(
-        self, request: spec.CommitSpec, preview: bool = False, branch: str | None = None
+        self,
+        request: spec.CommitSpec,
+        preview: bool = False,
+        branch: str | None = None,
+        backfill: bool = True,
     ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
         target = branch or self.branch
         with self.conn.transaction():
@@ -122,21 +131,39 @@ class Client:
             base = protocol.head(self.conn, target)
         result = self.server.process_spec(request, previous)
         result.raise_for_errors()
-        if preview:
+        if preview or not backfill:
             with self.conn.transaction():
                 d = diff(
                     result.blueprints,
                     bank.branch_refs(self.conn, target),
                     bank.live_hashes(self.conn),
                 )
-            print(render(d))
-            return d
+            if not backfill:
+                protocol.refuse_backfill(d)  # before a Dagster run is asked for
+            if preview:
+                print(render(d))
+                return d
         if self.via_dagster:
             return self._commit_via_dagster(request, target)
         return protocol.commit(
             self.conn, self.lock_conn, self.physical, target, result.blueprints,
             encode(result.commit), request.message, self.author, expected_head=base,
+            backfill=backfill, before_commit_point=self._backfill,
         )  # fmt: skip
+
+    def _backfill(self, d: BlueprintDiff, attempt: str) -> None:
+        """Seed the pipelines the commit creates from history on Spark (``engine.backfill``)."""
+        created = [job_of(bp) for bp in d.create if bp.kind == "job"]
+        if not any(isinstance(j, plan.PipelineJobSpec) for j in created):
+            return
+        existing = [job_of(bp) for bp in (*d.reuse, *d.keep) if bp.kind == "job"]
+        Backfiller(self.settings, self.spark, self.on_progress).run(created, existing, attempt)
+
+    def spark(self) -> Any:
+        """This client's Spark session (started on first use: backfills, offline queries)."""
+        if self._spark is None:
+            self._spark = spark_session(self.settings, app="fennel-dagster client")
+        return self._spark
 
     def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> dict[str, Any]:
         """Record a commit request, let Dagster's commit run carry it out, stream progress."""

@@ -168,7 +168,7 @@ class SparkPipeline:
 
         def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
             state = MemoryState()
-            for pdf in _whole_instants(batches, ts):
+            for pdf in whole_instants(batches, ts):
                 typed = pd.DataFrame({f.name: astype(pdf[f.name], f.dtype) for f in fields_in})
                 if index.DELETED in pdf.columns:  # an upsert dataset's tombstones
                     typed[index.DELETED] = _deleted(pdf)
@@ -232,7 +232,7 @@ def _orderable(dtype: spec.DType) -> bool:
     return not isinstance(dtype, spec.MapType | spec.StructType)
 
 
-def _whole_instants(batches: Iterator[pd.DataFrame], ts: str) -> Iterator[pd.DataFrame]:
+def whole_instants(batches: Iterator[pd.DataFrame], ts: str) -> Iterator[pd.DataFrame]:
     """Re-cut time-ordered Arrow batches so rows of one timestamp never straddle two: an
     operator then breaks ties its own way, as it does for one big batch (the mock's)."""
     held: pd.DataFrame | None = None

@@ -12,13 +12,13 @@ for the range are replaced by the recomputation.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fennel_dagster.batch.pipeline import SparkPipeline
+from fennel_dagster.batch.progress import Progress, watch
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.offline.table import DAY, META_COLUMNS, OFFSET, PARTITION, OfflineTable
@@ -29,23 +29,6 @@ from fennel_dagster.wire import plan
 
 class ReplayError(ExecutionError):
     """A replay that cannot run (an unknown dataset, a source dataset, a missing input table)."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    stage: str
-    tasks_done: int
-    tasks_total: int
-    elapsed_s: float
-
-    @property
-    def fraction(self) -> float:
-        return self.tasks_done / self.tasks_total if self.tasks_total else 0.0
-
-    def bar(self, width: int = 30) -> str:
-        filled = int(self.fraction * width)
-        return (f"[{'#' * filled}{'.' * (width - filled)}] {self.tasks_done}/{self.tasks_total} "
-                f"tasks, {self.stage}, {self.elapsed_s:.0f}s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -119,7 +102,7 @@ def replay(
         window.append(f"{DAY} < '{until.isoformat()}'")
     condition = " AND ".join(window) or "true"
     out = out.where(condition).select(*[f.name for f in target.dataset.fields], *META_COLUMNS)
-    watcher = _watch(spark, on_progress, started) if on_progress else None
+    watcher = watch(spark, on_progress, started) if on_progress else None
     try:
         out.cache()
         rows = out.count()
@@ -130,22 +113,3 @@ def replay(
         if watcher is not None:
             watcher.set()
     return ReplayReport(dataset, rows, since, until, time.monotonic() - started, target.version())
-
-
-def _watch(spark: Any, on_progress: Callable[[Progress], None], started: float) -> threading.Event:
-    """Report Spark's task progress every half second until the returned event is set."""
-    done = threading.Event()
-    tracker = spark.sparkContext.statusTracker()
-
-    def loop() -> None:
-        while not done.wait(0.5):
-            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            stages = [s for s in stages if s is not None]
-            if stages:
-                total = sum(s.numTasks for s in stages)
-                finished = sum(s.numCompletedTasks for s in stages)
-                name = stages[0].name.split(" at ")[0]
-                on_progress(Progress(name, finished, total, time.monotonic() - started))
-
-    threading.Thread(target=loop, daemon=True).start()
-    return done

@@ -29,3 +29,18 @@ class CommitRejected(CommitError, ValueError):
         self.errors = list(errors)
         lines = "\n".join(f"  - {e}" for e in self.errors)
         super().__init__(f"commit rejected with {len(self.errors)} error(s):\n{lines}")
+
+
+class BackfillRefused(CommitError, ValueError):
+    """``commit(backfill=False)`` and the commit would back-fill a pipeline."""
+
+
+def raise_for_backfill(new_pipelines: list[str]) -> None:
+    """The refusal ``backfill=False`` gives (the client's and the mock's)."""
+    new = sorted(set(new_pipelines))
+    if new:
+        raise BackfillRefused(
+            f"commit(backfill=False) would back-fill {', '.join(new)}: no committed version "
+            "of these pipelines is isomorphic to the new one (a new dataset or a version "
+            "bump). Commit with backfill=True (the default), or leave them unchanged"
+        )

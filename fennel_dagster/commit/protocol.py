@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -26,10 +27,12 @@ from fennel_dagster.commit import bank, janitor
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintDiff, BlueprintSet
 from fennel_dagster.commit.compiler import job_of
 from fennel_dagster.commit.crashpoints import crash_point
+from fennel_dagster.commit.errors import raise_for_backfill
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff
 from fennel_dagster.errors import CommitError
 from fennel_dagster.metadata import assets, commits, ledgers, locks, registry
+from fennel_dagster.wire.plan import PipelineJobSpec
 
 
 class StaleBranchError(CommitError, RuntimeError):
@@ -42,6 +45,19 @@ class BranchNotFoundError(CommitError, LookupError):
 
 class MetadataUnavailableError(CommitError, RuntimeError):
     """The metadata store went away mid-commit; recovery will undo whatever was started."""
+
+
+Prepare = Callable[[BlueprintDiff, str], None]
+
+
+def refuse_backfill(plan: BlueprintDiff) -> None:
+    """``commit(backfill=False)``: Fennel's guard against an accidental backfill."""
+    new = [
+        f"{job.dataset.name}.{job.pipeline.name}"
+        for job in (job_of(bp) for bp in plan.create if bp.kind == "job")
+        if isinstance(job, PipelineJobSpec)
+    ]
+    raise_for_backfill(new)
 
 
 @dataclass
@@ -71,9 +87,16 @@ def commit(
     message: str,
     author: str = "fennel",
     expected_head: int | None | str = "any",
+    backfill: bool = True,
+    before_commit_point: Prepare | None = None,
 ) -> CommitOutcome:
     """Commit ``desired`` as the branch's new graph. ``conn`` does the work; ``lock_conn`` (an
-    autocommit connection) holds the branch's session lock, which dies with us if we crash."""
+    autocommit connection) holds the branch's session lock, which dies with us if we crash.
+
+    ``before_commit_point(diff, attempt)`` runs once the new assets exist and before the
+    commit point (the backfill of new pipelines: the old graph serves until it is done; if it
+    fails, the commit is rolled back). ``backfill=False`` refuses a commit that creates a
+    pipeline job."""
     t0 = time.monotonic()
     times: dict[str, float] = {}
     locks.lock_branch(lock_conn, branch)
@@ -90,6 +113,8 @@ def commit(
             expected_head,
             t0,
             times,
+            backfill,
+            before_commit_point,
         )
     except psycopg.OperationalError as e:
         raise MetadataUnavailableError(
@@ -104,7 +129,7 @@ def commit(
 def _commit_locked(
     conn: psycopg.Connection, lock_conn: psycopg.Connection, physical: PhysicalAssets, branch: str,
     desired: BlueprintSet, wire: bytes, message: str, author: str, expected_head: int | None | str,
-    t0: float, times: dict[str, float],
+    t0: float, times: dict[str, float], backfill: bool, before_commit_point: Prepare | None,
 ) -> CommitOutcome:  # fmt: skip
     janitor.recover(conn, lock_conn, physical, own_branch=branch)
     crash_point("after_recovery")
@@ -117,6 +142,8 @@ def _commit_locked(
                 f"against {expected_head}: re-read the branch and commit again"
             )
         plan = diff(desired, bank.branch_refs(conn, branch), bank.live_hashes(conn))
+    if not backfill:
+        refuse_backfill(plan)
     attempt = str(uuid.uuid4())
     with conn.transaction():
         commits.open_attempt(conn, attempt, branch, base)
@@ -131,6 +158,10 @@ def _commit_locked(
         physical.create(bp)
         crash_point("after_create_asset")
     times["create"] = time.monotonic() - t1
+    if before_commit_point is not None:
+        t3 = time.monotonic()
+        before_commit_point(plan, attempt)
+        times["backfill"] = time.monotonic() - t3
     crash_point("before_commit_point")
     commit_id = _commit_point(conn, branch, base, attempt, plan, desired, wire, message, author)
     crash_point("after_commit_point")

@@ -109,6 +109,8 @@ class Recovery:
         reader_c = kafka_clients.consumer(self.settings, f"{self.job}.replay")
         try:
             for offset, marker in markers:
+                if "ranges" not in marker:
+                    continue  # a backfill's seed marker: its state came in a snapshot
                 ranges = [(t, int(p), int(a), int(b)) for t, p, a, b in marker["ranges"]]
                 if all(applied.get((t, p), -1) > b for t, p, _, b in ranges):
                     continue

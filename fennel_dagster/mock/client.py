@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -21,11 +22,11 @@ from fennel_dagster.api import (
     dataset_name,
     feature_name,
     now_for,
-    refuse_no_backfill,
 )
-from fennel_dagster.commit.compiler import terminal_aggregate
+from fennel_dagster.commit.compiler import dataset_hashes, terminal_aggregate
 from fennel_dagster.commit.environment import select_env
-from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.errors import CommitRejected, raise_for_backfill
+from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.errors import ClientError
@@ -68,11 +69,12 @@ class MockClient:
     ) -> spec.CommitSpec:
         """Validate and apply a commit; a new pipeline processes every row its inputs have
         received so far (as the engine processes its inputs' retained history)."""
-        refuse_no_backfill(backfill)
         commit = select_env(
             commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
         )
         _validate(commit, self.commits[-1] if self.commits else None)
+        if not backfill:
+            raise_for_backfill(self._new_pipelines(commit))
         if preview:
             return commit
         if not incremental:
@@ -100,6 +102,17 @@ class MockClient:
         for ex in new:
             self._backfill(ex)
         return commit
+
+    def _new_pipelines(self, commit: spec.CommitSpec) -> list[str]:
+        """Pipelines of ``commit`` with no isomorphic committed version (what back-fills)."""
+        merged = {**(self.datasets if commit.incremental else {})}
+        merged.update({d.name: d for d in commit.datasets})
+        before = dataset_hashes(
+            EntityGraph.build(replace(commit, datasets=tuple(self.datasets.values())))
+        )
+        after = dataset_hashes(EntityGraph.build(replace(commit, datasets=tuple(merged.values()))))
+        return [f"{n}.{p.name}" for n, ds in merged.items() for p in ds.pipelines
+                if before.get(n) != after[n]]  # fmt: skip
 
     def _backfill(self, ex: PipelineExecutor) -> None:
         """Rows logged before ``ex`` existed, through ``ex``, in event-time order."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -101,6 +102,15 @@ def storage_options(settings: Settings) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class TablePin:
+    """A version of a table and the topic offsets it covers: where a backfill reading that
+    version hands over to the stream."""
+
+    version: int
+    next_offsets: dict[int, int]  # topic partition -> first offset not in the table
+
+
 class OfflineTable:
     def __init__(self, settings: Settings, table: plan.OfflineTable) -> None:
         self.settings = settings
@@ -146,6 +156,19 @@ class OfflineTable:
                 out[p] = int(version)
         return out
 
+    def pin(self, topic: str, partitions: int) -> TablePin | None:
+        """The table's current version and, per topic partition, the next offset it has not
+        got: a reader of that version has exactly the topic's rows before those offsets."""
+        table = self._load()
+        self._table = None
+        if table is None:
+            return None
+        nxt = {}
+        for p in range(partitions):
+            version = table.transaction_version(_app_id(topic, p))
+            nxt[p] = 0 if version is None else int(version) + 1
+        return TablePin(table.version(), nxt)
+
     def append(self, rows: pa.Table, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit ``rows`` and the last offset of each (topic, partition) they came from, in
         one Delta transaction; fails with ``TableConflict`` if another writer got in first."""
@@ -180,12 +203,15 @@ class OfflineTable:
         self._table = None
         return int(metrics.get("num_deleted_rows", 0) or 0)
 
-    def read(self, columns: Sequence[str] | None = None) -> pa.Table:
-        """The whole table (small tables: tests, inspection; Spark reads big ones)."""
+    def read(self, columns: Sequence[str] | None = None, version: int | None = None) -> pa.Table:
+        """The whole table, or its ``version`` (small tables: a join's right side, tests,
+        inspection; Spark reads big ones)."""
         table = self._load()
         if table is None:
             return self.schema.empty_table()
         self._table = None
+        if version is not None:
+            table.load_as_version(version)
         return table.to_pyarrow_table(columns=list(columns) if columns else None)
 
     def version(self) -> int | None:

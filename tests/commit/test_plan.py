@@ -16,9 +16,8 @@ import pytest
 from examples.payments import DATASETS, FEATURESETS
 from fennel_dagster import commit_spec, dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Count, Sum
-from fennel_dagster.api import BackfillUnsupported
 from fennel_dagster.commit.compiler import compile_blueprints, jobs_of
-from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.errors import BackfillRefused, CommitRejected
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.engine.jobs.factory import build_job
@@ -343,14 +342,34 @@ def test_env_selects_the_same_sources_in_the_server_and_the_mock() -> None:
                 if isinstance(j, plan.SourceJobSpec) and j.webhook] == [endpoint]  # fmt: skip
 
 
-def test_backfill_false_is_refused_by_both_clients() -> None:
-    from fennel_dagster.client import Client
+def test_backfill_false_refuses_only_a_commit_that_would_back_fill() -> None:
+    Txn = _txn()
 
-    with pytest.raises(BackfillUnsupported, match=r"backfill=False\) is not supported"):
-        MockClient().commit("b", _env_graph(), backfill=False)
-    client = Client.__new__(Client)  # refused before any connection is made
-    with pytest.raises(BackfillUnsupported, match=r"backfill=False\) is not supported"):
-        client.commit("b", _env_graph(), backfill=False)
+    def spend(window: str, version: int = 1) -> type:
+        @meta(owner=OWNER)
+        @dataset(index=True, version=version)
+        class Spend:
+            uid: int = field(key=True)
+            total: float
+            ts: datetime
+
+            @pipeline
+            @inputs(Txn)
+            def agg(cls, txn):  # type: ignore[no-untyped-def]
+                return txn.groupby("uid").aggregate(
+                    total=Sum(of="amount", window=Continuous(window))
+                )
+
+        return Spend
+
+    mock = MockClient()
+    mock.commit("sources only", [Txn], backfill=False)  # no pipeline: nothing to back-fill
+    with pytest.raises(BackfillRefused, match=r"backfill=False\) would back-fill Spend.agg"):
+        mock.commit("new pipeline", [Txn, spend("1h")], backfill=False)
+    mock.commit("new pipeline", [Txn, spend("1h")])
+    mock.commit("same again", [Txn, spend("1h")], backfill=False)  # isomorphic: allowed
+    with pytest.raises(BackfillRefused, match="a new dataset or a version bump"):
+        mock.commit("version bump", [Txn, spend("2h", version=2)], backfill=False)
 
 
 def test_a_new_pipeline_on_the_mock_processes_rows_logged_before_it() -> None:
