@@ -11,11 +11,12 @@ import base64
 import getpass
 import threading
 
-from dagster import Config, OpExecutionContext, job, op
+from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 from dagster_graphql import DagsterGraphQLClient
 
 from fennel_dagster.client import Client
-from fennel_dagster.commit import requests
+from fennel_dagster.commit import branches, requests
+from fennel_dagster.commit.catalog import asset_path
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import get_settings
 from fennel_dagster.wire import decode
@@ -70,12 +71,43 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
             result = requests.carry_out(client.conn, request_id, context.run_id, commit_to_branch)
         finally:
             progress_conn.close()
+        record_materializations(context, client, result)
     context.log.info(
         f"commit {result['commit_id']} on {result['branch']}: {len(result['created'])} created, "
         f"{len(result['reused'])} reused, {len(result['released'])} released"
     )
     reload_location(context)
     return result
+
+
+def record_materializations(
+    context: OpExecutionContext,
+    client: Client,
+    result: dict,  # type: ignore[type-arg]
+) -> None:
+    """Every dataset and featureset the branch now has is materialised by this commit (so
+    committed assets do not show "Never materialized"), with its backfill when it had one."""
+    branch = result["branch"]
+    with client.conn.transaction():
+        committed = branches.checkout(client.conn, branch)
+    if committed is None:
+        return
+    backfills = {b.dataset.split(".")[0]: b for b in client.backfills}
+    for ds in committed.datasets:
+        if ds.meta.deleted:
+            continue
+        metadata = {"commit": result["commit_id"], "branch": branch, "version": ds.version}
+        bf = backfills.get(ds.name)
+        if bf is not None:
+            metadata |= {"backfill": bf.how, "backfill history rows": bf.messages,
+                         "backfill rows out": bf.outputs, "backfill s": round(bf.seconds, 2)}  # fmt: skip
+        context.log_event(AssetMaterialization(asset_path(branch, ds.name), metadata=metadata))
+    for fs in committed.featuresets:
+        context.log_event(AssetMaterialization(
+            asset_path(branch, fs.name),
+            metadata={"commit": result["commit_id"], "branch": branch,
+                      "extractors": ", ".join(e.name for e in fs.extractors)},
+        ))  # fmt: skip
 
 
 def reload_location(context: OpExecutionContext) -> None:

@@ -11,6 +11,7 @@ from dagster import Definitions
 
 from assets.commit_job import fennel_commit
 from assets.datasets import branch_assets, expectation_checks
+from assets.offline import offline_assets
 from fennel_dagster.commit import catalog
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -33,6 +34,7 @@ def committed_assets() -> tuple[list, list]:  # type: ignore[type-arg]
         log.warning("fennel_dagster: no committed definitions loaded: %s", e)
         return [], []
     assets = [a for a in (branch_assets(c) for c in cats) if a is not None]
+    assets += [a for c in cats for a in offline_assets(c)]
     checks = [chk for c in cats for chk in expectation_checks(c)]
     return assets, checks
 

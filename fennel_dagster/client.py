@@ -34,7 +34,7 @@ from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine import lookups
-from fennel_dagster.engine.backfill import Backfiller
+from fennel_dagster.engine.backfill import Backfiller, BackfillReport
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
@@ -62,6 +62,7 @@ class Client:
         self.via_dagster = via_dagster
         self.on_progress = on_progress or (lambda line: print(line, flush=True))
         self._spark: Any = None
+        self.backfills: list[BackfillReport] = []  # the last commit's backfills
         self.settings = settings or get_settings()
         self.branch = branch
         self.author = author or getpass.getuser()
@@ -157,7 +158,8 @@ class Client:
         if not any(isinstance(j, plan.PipelineJobSpec) for j in created):
             return
         existing = [job_of(bp) for bp in (*d.reuse, *d.keep) if bp.kind == "job"]
-        Backfiller(self.settings, self.spark, self.on_progress).run(created, existing, attempt)
+        backfiller = Backfiller(self.settings, self.spark, self.on_progress)
+        self.backfills = backfiller.run(created, existing, attempt)
 
     def spark(self) -> Any:
         """This client's Spark session (started on first use: backfills, offline queries)."""

@@ -39,6 +39,10 @@ class ReplayReport:
     until: dt.date | None
     seconds: float
     table_version: int | None
+    table_uri: str = ""
+    files: int = 0  # data files of the range after the replay
+    bytes: int = 0
+    stages: tuple[str, ...] = ()  # "<stage name>: <tasks> tasks", one per Spark stage run
 
 
 def replay(
@@ -103,6 +107,8 @@ def replay(
     condition = " AND ".join(window) or "true"
     out = out.where(condition).select(*[f.name for f in target.dataset.fields], *META_COLUMNS)
     watcher = watch(spark, on_progress, started) if on_progress else None
+    group = f"replay-{dataset}-{time.time_ns()}"
+    spark.sparkContext.setJobGroup(group, f"replay {dataset} {since} .. {until}")
     try:
         out.cache()
         rows = out.count()
@@ -110,6 +116,21 @@ def replay(
         writer.partitionBy(DAY).save(target.spark_path)
         out.unpersist()
     finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         if watcher is not None:
             watcher.set()
-    return ReplayReport(dataset, rows, since, until, time.monotonic() - started, target.version())
+    files, size = target.files_between(since, until)
+    return ReplayReport(dataset, rows, since, until, time.monotonic() - started, target.version(),
+                        target.uri, files, size, _stages(spark, group))  # fmt: skip
+
+
+def _stages(spark: Any, group: str) -> tuple[str, ...]:
+    tracker = spark.sparkContext.statusTracker()
+    out = []
+    for job in sorted(tracker.getJobIdsForGroup(group)):
+        info = tracker.getJobInfo(job)
+        for stage in [] if info is None else sorted(info.stageIds):
+            st = tracker.getStageInfo(stage)
+            if st is not None:
+                out.append(f"{st.name.split(' at ')[0]}: {st.numTasks} tasks")
+    return tuple(out)

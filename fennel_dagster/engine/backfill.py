@@ -83,9 +83,14 @@ class Backfiller:
         self, created: Sequence[plan.JobSpec], existing: Sequence[plan.JobSpec], seed_id: str
     ) -> list[BackfillReport]:
         tables = {j.dataset.name: j.table for j in existing if isinstance(j, plan.OfflineJobSpec)}
+        new = {j.dataset.name for j in created}
         reports = []
         for job in created:
             if isinstance(job, plan.PipelineJobSpec):
+                fresh = [s.dataset.name for s in (*job.inputs, *job.lookups)
+                         if s.dataset.name not in tables and s.dataset.name in new]  # fmt: skip
+                if fresh:  # a dataset committed with its inputs: they have no history yet
+                    continue
                 report = self.seed(job, tables, seed_id)
                 self.on_progress(_describe(report))
                 reports.append(report)

@@ -214,6 +214,21 @@ class OfflineTable:
             table.load_as_version(version)
         return table.to_pyarrow_table(columns=list(columns) if columns else None)
 
+    def files_between(self, since: dt.date | None, until: dt.date | None) -> tuple[int, int]:
+        """(data files, bytes) of the event dates in ``[since, until)`` (open ends: all)."""
+        table = self._load()
+        self._table = None
+        if table is None:
+            return 0, 0
+        adds = pa.table(table.get_add_actions(flatten=True)).to_pydict()  # arro3 -> pyarrow
+        days = adds.get(f"partition.{DAY}", [None] * len(adds["size_bytes"]))
+        keep = [
+            size for size, day in zip(adds["size_bytes"], days, strict=True)
+            if (since is None or (day is not None and day >= since.isoformat()))
+            and (until is None or (day is not None and day < until.isoformat()))
+        ]  # fmt: skip
+        return len(keep), int(sum(keep))
+
     def version(self) -> int | None:
         table = self._load()
         self._table = None

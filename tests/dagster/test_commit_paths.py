@@ -28,6 +28,9 @@ from tests.dagster.conftest import REPO, graphql
 
 pytestmark = pytest.mark.services
 ASSETS = "{ assetNodes { assetKey { path } dependencyKeys { path } } }"
+LAST_MATERIALIZATION = """query($path: [String!]!) { assetOrError(assetKey: {path: $path}) {
+  ... on Asset { assetMaterializations(limit: 1) { runId metadataEntries {
+    label ... on IntMetadataEntry { intValue } } } } } }"""
 
 
 def asset_paths(s: Settings) -> dict[str, set[str]]:
@@ -91,6 +94,11 @@ def test_graphql_commits_a_version_bump_and_destroys_the_old_assets_after_succes
     assert wait_run(gql, run) == "SUCCESS"
     v1 = {n for n, st in states(s, "S").items() if ".v1." in n and st == "live"}
     assert v1
+    # the commit run materialised what it committed: no "Never materialized" in the UI
+    found = graphql(s, LAST_MATERIALIZATION, {"path": ["gql", "S"]})["assetOrError"]
+    latest = found["assetMaterializations"][0]
+    assert latest["runId"] == run
+    assert {e["label"]: e.get("intValue") for e in latest["metadataEntries"]}["version"] == 1
     run = gql.submit_job_execution("fennel_commit", run_config=run_config("gql", "v2", graph(2)))
     assert wait_run(gql, run) == "SUCCESS"
     after = states(s, "S")
