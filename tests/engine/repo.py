@@ -17,7 +17,9 @@ from fennel_dagster.window import Continuous
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def graph(topic: str, spend_deleted: bool = False) -> list[Any]:
+def graph(
+    topic: str, spend_deleted: bool = False, spend_version: int = 1, window: str = "1h"
+) -> list[Any]:
     @meta(owner="engine@example.com")
     @source(Kafka(name="events").topic(topic), disorder="1h", cdc="append")
     @dataset
@@ -27,7 +29,7 @@ def graph(topic: str, spend_deleted: bool = False) -> list[Any]:
         ts: datetime
 
     @meta(owner="engine@example.com", deleted=spend_deleted)
-    @dataset(index=True)
+    @dataset(index=True, version=spend_version)
     class Spend:
         uid: int = field(key=True)
         total: float
@@ -38,8 +40,8 @@ def graph(topic: str, spend_deleted: bool = False) -> list[Any]:
         @inputs(Txn)
         def agg(cls, txn):
             return txn.groupby("uid").aggregate(
-                total=Sum(of="amount", window=Continuous("1h")),
-                n=Count(window=Continuous("1h")),
+                total=Sum(of="amount", window=Continuous(window)),
+                n=Count(window=Continuous(window)),
             )
 
     return [Txn, Spend]
