@@ -190,8 +190,8 @@ class _Compiler:
             })  # fmt: skip
             self.out.append(bp)
             inbox = plan.WebhookInbox(src.connector.name, endpoint, bp.name, self.partitions)
-        if src.connector.kind == "s3":
-            external = self.s3_ingest(ds, i, src, sident, entity, errors)
+        if src.connector.kind in ("s3", "postgres"):
+            external = self.ingest(ds, i, src, sident, entity, errors)
         else:
             external = inbox.topic if inbox is not None else str(config.get("topic", ""))
         prefix = f"{ns}.job.{safe}.src{i}"
@@ -202,18 +202,21 @@ class _Compiler:
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, sident, job))
 
-    def s3_ingest(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, sident: dict[str, Any],
-                  entity: str, errors: str) -> str:  # fmt: skip
-        """An S3 source: its inbox topic (rows of new files, sent by Spark), its file ledger,
-        and the ingest job; returns the inbox, which the source job reads like a Kafka topic."""
+    def ingest(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, sident: dict[str, Any],
+               entity: str, errors: str) -> str:  # fmt: skip
+        """A source Spark reads (S3 files, a Postgres table): its inbox topic (the rows, sent
+        by Spark), its ledger (files sent, or the cursor reached), and the ingest job; returns
+        the inbox, which the source job reads like a Kafka topic."""
         ns, safe = self.ns, _safe(ds.name)
-        inbox = self.topic(f"{ns}.s3inbox.{safe}.src{i}", entity, sident,
-                           "s3-inbox", self.partitions, [], {"cleanup.policy": "delete"})  # fmt: skip
-        ledger = self.topic(f"{ns}.s3ledger.{safe}.src{i}", entity, sident,
-                            "s3-ledger", 1, [], {"cleanup.policy": "compact"})  # fmt: skip
-        prefix = f"{ns}.s3ingest.{safe}.src{i}"
-        iident = {**sident, "role": "s3-ingest"}
-        job = plan.S3IngestJobSpec(
+        kind = "s3" if src.connector.kind == "s3" else "pg"
+        inbox = self.topic(f"{ns}.{kind}inbox.{safe}.src{i}", entity, sident,
+                           f"{kind}-inbox", self.partitions, [], {"cleanup.policy": "delete"})  # fmt: skip
+        ledger = self.topic(f"{ns}.{kind}ledger.{safe}.src{i}", entity, sident,
+                            f"{kind}-ledger", 1, [], {"cleanup.policy": "compact"})  # fmt: skip
+        prefix = f"{ns}.{kind}ingest.{safe}.src{i}"
+        iident = {**sident, "role": f"{kind}-ingest"}
+        spec_type = plan.S3IngestJobSpec if kind == "s3" else plan.PostgresIngestJobSpec
+        job = spec_type(
             name=_name("job", prefix, iident), partitions=1, dataset=ds, source=src,
             inbox_topic=inbox.name, inbox_partitions=self.partitions, ledger_topic=ledger.name,
             error_topic=errors,

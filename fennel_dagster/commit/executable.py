@@ -14,7 +14,7 @@ from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
 
-ENGINE_CONNECTORS = ("kafka", "webhook", "s3")
+ENGINE_CONNECTORS = ("kafka", "webhook", "s3", "postgres")
 
 
 def engine_shapes(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
@@ -33,12 +33,21 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
             if c.kind not in ENGINE_CONNECTORS:
                 yield Violation(ds.name, where, (
                     f"the platform has no reader for {c.kind} sources (it reads Kafka topics, "
-                    "webhook endpoints and S3 prefixes)"),
+                    "webhook endpoints, S3 prefixes and Postgres tables)"),
                     "feed the rows through a Kafka topic or a Webhook endpoint (Client.log), "
                     "or select this source out with env=")  # fmt: skip
             elif c.kind == "kafka" and not dict(c.config).get("topic"):
                 yield Violation(ds.name, where, "names no topic",
                                       f"use {c.name}.topic('<topic>') in @source")  # fmt: skip
+            elif c.kind == "postgres":
+                cfg = dict(c.config)
+                for key, fix in (("host", "host="), ("db_name", "db_name=")):
+                    if not cfg.get(key):
+                        yield Violation(ds.name, where, f"names no {key}",
+                                        f"give Postgres(name={c.name!r}, {fix}...)")  # fmt: skip
+                if not cfg.get("cursor"):
+                    yield Violation(ds.name, where, "has no cursor column",
+                                    f"use {c.name}.table('<table>', cursor='<column>')")  # fmt: skip
 
 
 PLATFORM_RULES = (engine_connectors,)

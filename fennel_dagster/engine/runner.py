@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from tenacity import Retrying, retry_if_not_exception_type, stop_when_event_set, wait_exponential
 
+from fennel_dagster.batch.pg_ingest import PostgresPoller
 from fennel_dagster.batch.s3_ingest import S3Poller
 from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.engine import kafka_clients
@@ -81,7 +82,9 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
-        if isinstance(job.spec, plan.OfflineJobSpec | plan.S3IngestJobSpec):
+        if isinstance(
+            job.spec, plan.OfflineJobSpec | plan.S3IngestJobSpec | plan.PostgresIngestJobSpec
+        ):
             raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings
         self.job = job
@@ -243,6 +246,9 @@ def run_forever(
             elif isinstance(job.spec, plan.S3IngestJobSpec):
                 spark = spark_session(settings, app=job.name)
                 S3Poller(settings, job.spec, spark).run(stop, beat)
+            elif isinstance(job.spec, plan.PostgresIngestJobSpec):
+                spark = spark_session(settings, app=job.name)
+                PostgresPoller(settings, job.spec, spark).run(stop, beat)
             else:
                 Runner(settings, job, partition, owner).run(stop, beat)
 

@@ -13,7 +13,9 @@ Job kinds, one dataclass each:
 - ``IndexJobSpec``: a keyed dataset's topic -> its as-of index;
 - ``OfflineJobSpec``: a dataset's topic -> its offline (Delta) table on S3;
 - ``S3IngestJobSpec``: new files under an S3 source's prefix -> the source's inbox topic
-  (read by Spark), from which a ``SourceJobSpec`` applies the source's rules.
+  (read by Spark), from which a ``SourceJobSpec`` applies the source's rules;
+- ``PostgresIngestJobSpec``: a Postgres table's rows past its cursor -> the source's inbox
+  (pulled by Spark over JDBC), likewise.
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
@@ -31,7 +33,7 @@ from fennel_dagster.wire.spec import (
     SourceSpec,
 )
 
-JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest"]
+JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest"]
 
 
 @dataclass(frozen=True)
@@ -161,14 +163,34 @@ class S3IngestJobSpec:
     error_topic: str
 
 
+@dataclass(frozen=True)
+class PostgresIngestJobSpec:
+    """Pulls ``source``'s table (every ``source.every``) by its cursor column: the rows past
+    the last cursor go to ``inbox_topic`` with the new cursor on ``ledger_topic``, in one
+    transaction per chunk of whole cursor values."""
+
+    KIND: ClassVar[JobKind] = "pg_ingest"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    source: SourceSpec
+    inbox_topic: str
+    inbox_partitions: int
+    ledger_topic: str
+    error_topic: str
+
+
 StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec  # Kafka in and out
-JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | S3IngestJobSpec
+IngestJobSpec: TypeAlias = S3IngestJobSpec | PostgresIngestJobSpec  # Spark reads, Kafka out
+JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | IngestJobSpec
 JOB_SPECS: tuple[type[JobSpec], ...] = (
     SourceJobSpec,
     PipelineJobSpec,
     IndexJobSpec,
     OfflineJobSpec,
     S3IngestJobSpec,
+    PostgresIngestJobSpec,
 )
 
 
@@ -187,7 +209,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
         return (job.external_topic,)
     if isinstance(job, IndexJobSpec | OfflineJobSpec):
         return (job.input_topic,)
-    if isinstance(job, S3IngestJobSpec):
+    if isinstance(job, S3IngestJobSpec | PostgresIngestJobSpec):
         return ()
     own = (job.repartition.topic,) if job.repartition is not None else ()
     return tuple(s.topic for s in (*job.inputs, *job.lookups)) + own

@@ -20,6 +20,7 @@ from fennel_dagster.commit.compiler import compile_blueprints, jobs_of
 from fennel_dagster.commit.errors import BackfillRefused, CommitRejected
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.server import DefinitionServer
+from fennel_dagster.declare.sources import Connector
 from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.jobs.index import IndexJob
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
@@ -267,13 +268,41 @@ def test_sources_the_platform_cannot_read_are_refused_at_commit() -> None:
         uid: int
         ts: datetime
 
-    assert _rejected([Raw]) == [
-        "Raw (source postgres(crm)): the platform has no reader for postgres sources (it reads "
-        "Kafka topics, webhook endpoints and S3 prefixes): feed the rows through a Kafka "
-        "topic or a Webhook endpoint (Client.log), or select this source out with env="
-    ]
+    assert _rejected([Raw]) == ["Raw (source postgres(crm)): names no host: give "
+                                "Postgres(name='crm', host=...)"]  # fmt: skip
     # the mock reads no connector (rows are logged to it), so it accepts the same commit
     MockClient().commit("ok", [Raw])
+
+    @meta(owner=OWNER)
+    @source(Connector("bigquery", "wh", {"table": "t"}), cdc="append")
+    @dataset
+    class Warehouse:
+        uid: int
+        ts: datetime
+
+    assert _rejected([Warehouse]) == [
+        "Warehouse (source bigquery(wh)): the platform has no reader for bigquery sources (it "
+        "reads Kafka topics, webhook endpoints, S3 prefixes and Postgres tables): feed the rows "
+        "through a Kafka topic or a Webhook endpoint (Client.log), or select this source out "
+        "with env="
+    ]
+
+
+def test_a_postgres_source_compiles_to_an_inbox_a_cursor_ledger_and_an_ingest_job() -> None:
+    @meta(owner=OWNER)
+    @source(Postgres(name="crm", host="db", db_name="crm").table("users", cursor="ts"),
+            every="5s", cdc="upsert")  # fmt: skip
+    @dataset
+    class Users:
+        uid: int = field(key=True)
+        ts: datetime
+
+    assert _rejected([Users]) == []
+    jobs = compiled([Users], [])
+    ingest = next(j for j in jobs if isinstance(j, plan.PostgresIngestJobSpec))
+    src = next(j for j in jobs if isinstance(j, plan.SourceJobSpec))
+    assert src.external_topic == ingest.inbox_topic and ".pginbox.Users." in ingest.inbox_topic
+    assert ".pgledger.Users." in ingest.ledger_topic and ingest.partitions == 1
 
 
 def test_an_s3_source_compiles_to_an_inbox_a_ledger_and_an_ingest_job() -> None:
