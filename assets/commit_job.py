@@ -32,10 +32,11 @@ class CommitConfig(Config):  # type: ignore[misc]
     author: str = ""
 
 
-@op(required_resource_keys={"fennel"})
+@op(required_resource_keys={"fennel", "pyspark"})
 def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: ignore[type-arg]
     settings = context.resources.fennel.settings()
-    with Client(settings) as client:
+    # a backfill runs on the run's dagster-pyspark session (started only if one is needed)
+    with Client(settings, spark=lambda: context.resources.pyspark.spark_session) as client:
         request_id = config.request_id
 
         # a backfill's progress, to the run's log and the waiting client; Spark's progress

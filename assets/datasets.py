@@ -102,7 +102,8 @@ def dataset_spec(cat: BranchCatalog, ds: spec.DatasetSpec) -> AssetSpec:
         })  # fmt: skip
     return AssetSpec(
         key_of(cat.branch, ds.name),
-        deps=[key_of(cat.branch, d) for d in dataset_deps(ds)],
+        deps=[key_of(cat.branch, d) for d in dataset_deps(ds)]
+        + [source_key(cat.branch, s) for s in ds.sources],
         description=ds.meta.description or f"dataset {ds.name}",
         metadata=metadata,
         group_name=group_of(cat.branch),
@@ -114,6 +115,34 @@ def dataset_spec(cat: BranchCatalog, ds: spec.DatasetSpec) -> AssetSpec:
         ),
         code_version=str(ds.version),
     )
+
+
+def source_key(branch: str, src: spec.SourceSpec) -> AssetKey:
+    c = src.connector
+    where = dict(c.config)
+    what = where.get("topic") or where.get("table") or where.get("prefix") or \
+        where.get("path") or where.get("endpoint") or ""  # fmt: skip
+    return AssetKey([group_of(branch)[len("branch_"):], "source",
+                     re.sub(r"[^A-Za-z0-9_]", "_", f"{c.kind}_{c.name}_{what}".strip("_"))])  # fmt: skip
+
+
+def source_specs(cat: BranchCatalog) -> list[AssetSpec]:
+    """Each source a branch's datasets read (a Kafka topic, an S3 prefix, a Postgres table,
+    a webhook endpoint): an external asset, where the lineage starts."""
+    graph = cat.graph
+    out: dict[AssetKey, AssetSpec] = {}
+    for ds in graph.datasets if graph is not None else ():
+        for src in () if ds.meta.deleted else ds.sources:
+            key = source_key(cat.branch, src)
+            c = src.connector
+            out[key] = AssetSpec(
+                key, description=f"{c.kind} source {c.name}: {dict(c.config)}",
+                group_name=group_of(cat.branch), kinds={c.kind},
+                metadata={"connector": c.kind, "connection": c.name,
+                          "config": MetadataValue.json(dict(c.config))},
+                tags={"fennel/entity": "source"},
+            )  # fmt: skip
+    return list(out.values())
 
 
 def featureset_spec(cat: BranchCatalog, fs: spec.FeaturesetSpec) -> AssetSpec:

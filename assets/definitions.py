@@ -7,10 +7,10 @@ A commit run reloads this location, so new assets appear without a restart.
 
 import logging
 
-from dagster import Definitions
+from dagster import AssetsDefinition, AssetSpec, Definitions
 
 from assets.commit_job import fennel_commit
-from assets.datasets import branch_assets, expectation_checks
+from assets.datasets import branch_assets, expectation_checks, source_specs
 from assets.offline import offline_assets
 from fennel_dagster.commit import catalog
 from fennel_dagster.metadata.db import connect
@@ -33,8 +33,11 @@ def committed_assets() -> tuple[list, list]:  # type: ignore[type-arg]
     except Exception as e:  # noqa: BLE001 - the UI must load even when Postgres is down
         log.warning("fennel_dagster: no committed definitions loaded: %s", e)
         return [], []
-    assets = [a for a in (branch_assets(c) for c in cats) if a is not None]
+    assets: list[AssetsDefinition | AssetSpec] = [
+        a for a in (branch_assets(c) for c in cats) if a is not None
+    ]
     assets += [a for c in cats for a in offline_assets(c)]
+    assets += [spec for c in cats for spec in source_specs(c)]  # external: no runs
     checks = [chk for c in cats for chk in expectation_checks(c)]
     return assets, checks
 

@@ -5,7 +5,7 @@ by event date, downstream of the dataset and of its inputs' offline tables (a so
 dataset's table is its own asset's data, so lineage runs source -> pipeline -> table).
 Materialising a date range — Dagster's backfill dialog — launches one run
 (``BackfillPolicy.single_run``) that recomputes those dates on Spark with dagster-pyspark's
-``PySparkResource`` (``batch.replay``: one Delta ``replaceWhere`` commit).
+``LazyPySparkResource`` (``batch.replay``: one Delta ``replaceWhere`` commit).
 """
 
 import datetime as dt
@@ -23,7 +23,7 @@ from dagster import (
     asset,
 )
 from dagster._utils.warnings import BetaWarning
-from dagster_pyspark import PySparkResource
+from dagster_pyspark import LazyPySparkResource
 
 from fennel_dagster.batch.replay import replay
 from fennel_dagster.commit.catalog import BranchCatalog, asset_path, dataset_deps
@@ -85,7 +85,7 @@ def _offline_asset(
         tags={"fennel/entity": "offline-table"},
     )
     def offline_table(
-        context: AssetExecutionContext, fennel: FennelSettings, pyspark: PySparkResource
+        context: AssetExecutionContext, fennel: FennelSettings, pyspark: LazyPySparkResource
     ) -> MaterializeResult:
         settings = fennel.settings()
         window = context.partition_time_window

@@ -55,13 +55,17 @@ class Client:
         author: str | None = None,
         via_dagster: bool = False,
         on_progress: Callable[[str], None] | None = None,
+        spark: Callable[[], Any] | None = None,
     ) -> None:
         """``via_dagster=True``: commits go through the Dagster deployment (a commit request
         the commit sensor turns into a run) instead of running the protocol in-process.
-        ``on_progress`` receives a commit's progress lines (backfills); default: printed."""
+        ``on_progress`` receives a commit's progress lines (backfills); default: printed.
+        ``spark`` gives the Spark session backfills run on (default: one of the client's own,
+        from the settings; a Dagster run passes its dagster-pyspark resource's)."""
         self.via_dagster = via_dagster
         self.on_progress = on_progress or (lambda line: print(line, flush=True))
         self._spark: Any = None
+        self._spark_factory = spark
         self.backfills: list[BackfillReport] = []  # the last commit's backfills
         self.settings = settings or get_settings()
         self.branch = branch
@@ -164,7 +168,10 @@ class Client:
     def spark(self) -> Any:
         """This client's Spark session (started on first use: backfills, offline queries)."""
         if self._spark is None:
-            self._spark = spark_session(self.settings, app="fennel-dagster client")
+            make = self._spark_factory or (
+                lambda: spark_session(self.settings, app="fennel-dagster client")
+            )
+            self._spark = make()
         return self._spark
 
     def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> dict[str, Any]:

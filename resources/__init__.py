@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from confluent_kafka.admin import AdminClient
 from dagster import ConfigurableResource
-from dagster_pyspark import PySparkResource
+from dagster_pyspark import LazyPySparkResource
 
 from fennel_dagster.batch.spark import spark_conf
 from fennel_dagster.engine.hangar import Hangar
@@ -83,9 +83,10 @@ class HangarResource(ConfigurableResource):  # type: ignore[misc]
         )
 
 
-def spark_resource() -> PySparkResource:
-    """dagster-pyspark's resource with the platform's Spark configuration (jars, S3A, master)."""
-    return PySparkResource(spark_config=spark_conf(get_settings()))
+def spark_resource() -> LazyPySparkResource:
+    """dagster-pyspark's resource with the platform's Spark configuration (jars, S3A, master);
+    the lazy one, so a run that needs no Spark (most commits) does not start a JVM."""
+    return LazyPySparkResource(spark_config=spark_conf(get_settings()))
 
 
 def resources() -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 from dagster import AssetKey, materialize
 
-from assets.datasets import branch_assets, expectation_checks
+from assets.datasets import branch_assets, expectation_checks, source_specs
 from examples.payments.datasets import DATASETS
 from examples.payments.featuresets import FEATURESETS
 from fennel_dagster.client import Client
@@ -49,6 +49,9 @@ def test_each_dataset_and_featureset_is_an_asset_with_lineage_and_metadata(
     assert set(specs) == {k(n) for n in ["Transaction", "User", "Merchant", "EnrichedTransaction",
                                          "UserSpend", "MerchantVolume", "UserFeatures", "TxnFeatures"]}  # fmt: skip
     deps = {s.key: {d.asset_key for d in s.deps} for s in assets.specs}
+    sources = {s.key: s for s in source_specs(cat)}  # external assets: where lineage starts
+    assert sources and all(s.key.path[1] == "source" for s in sources.values())
+    assert {d for d in deps[k("Transaction")] if d in sources}, deps[k("Transaction")]
     assert deps[k("EnrichedTransaction")] == {k("Transaction"), k("Merchant"), k("User")}
     assert deps[k("UserSpend")] == {k("EnrichedTransaction")}
     assert k("UserSpend") in deps[k("UserFeatures")]

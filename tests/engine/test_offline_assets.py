@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from dagster import AssetKey, BackfillPolicy, DailyPartitionsDefinition, materialize
-from dagster_pyspark import PySparkResource
+from dagster_pyspark import LazyPySparkResource
 
 from assets.offline import offline_assets, offline_key
 from fennel_dagster.batch.spark import spark_conf
@@ -71,7 +71,7 @@ def test_a_date_range_of_an_offline_asset_materialises_as_one_spark_replay(
         [spend],
         resources={
             "fennel": FennelSettings(pg_schema=s.pg_schema, namespace=s.namespace),
-            "pyspark": PySparkResource(spark_config=spark_conf(s)),
+            "pyspark": LazyPySparkResource(spark_config=spark_conf(s)),
         },
         tags={
             "dagster/asset_partition_range_start": days[0],
