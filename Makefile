@@ -18,7 +18,7 @@ test: install
 	$(VENV)/ruff check fennel_dagster assets sensors resources tests bench examples
 	$(VENV)/mypy fennel_dagster assets sensors resources
 	$(VENV)/lint-imports
-	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900
+	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=25
 
 # the benchmarks (bench/README.md): the bench extra (Quix Streams, the peer) and the stack first
 bench:
