@@ -18,6 +18,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import batch_payments
 from bench.stream_bench import engine_throughput, produce_events, tree_cpu
 from bench.stream_repos import keyless
 from fennel_dagster.batch.pipeline import SparkPipeline
@@ -63,6 +64,12 @@ def main() -> None:
     ap.add_argument("--engine-events", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=8, help="spark.sql.shuffle.partitions")
+    ap.add_argument(
+        "--payments-sizes",
+        default="100000,1000000",
+        help="Spark input sizes (transactions) of the example repo end to end",
+    )
+    ap.add_argument("--payments-engine-events", type=int, default=10_000)
     args = ap.parse_args()
     base = get_settings()
     tag = f"bb{uuid.uuid4().hex[:6]}"
@@ -81,6 +88,13 @@ def main() -> None:
         make_events(spark, s, n, args.keys, f"{root}/events-{n}")
         spark_rows[n] = spark_backfill(spark, f"{root}/events-{n}", f"{root}/out-{n}")
         print(f"spark {n:,}: {spark_rows[n]}", flush=True)
+    pay_rows = {}
+    batch_payments.make_tables(spark, 10_000, f"{root}/pay-warm")  # warm-up, not measured
+    batch_payments.spark_backfill(spark, f"{root}/pay-warm", 10_000)
+    for n in [int(x) for x in args.payments_sizes.split(",")]:
+        batch_payments.make_tables(spark, n, f"{root}/pay-{n}")
+        pay_rows[n] = batch_payments.spark_backfill(spark, f"{root}/pay-{n}", n)
+        print(f"spark payments {n:,}: {pay_rows[n]}", flush=True)
     spark.stop()
 
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -92,6 +106,8 @@ def main() -> None:
     produce_events(s, src, args.engine_events, args.keys)
     eng = engine_throughput(s, src, args.engine_events, args.keys, "keyless", None, "e")
     print(f"engine {args.engine_events:,}: {eng}", flush=True)
+    pay_eng = batch_payments.engine_backfill(s, args.payments_engine_events)
+    print(f"engine payments {args.payments_engine_events:,}: {pay_eng}", flush=True)
 
     sizes = sorted(spark_rows)
     lines = [
@@ -124,10 +140,49 @@ def main() -> None:
         growth = (big["wall"] / small["wall"]) / (sizes[-1] / sizes[0])
         lines.append(f"| wall time growth / event growth ({sizes[0]:,} -> {sizes[-1]:,}) "
                      f"| {growth:.2f} | <= 1.0 (linear) |")  # fmt: skip
+    lines += _payments_table(args, pay_rows, pay_eng)
     text = "\n".join(lines) + "\n"
     print(text)
     out = ROOT / "bench" / "results" / "batch.md"
     out.write_text(text)
+
+
+def _payments_table(
+    args: argparse.Namespace, spark_rows: dict[int, dict[str, float]], eng: dict[str, float]
+) -> list[str]:
+    sizes = sorted(spark_rows)
+    lines = [
+        "",
+        "## The example repo end to end (examples/payments)",
+        "",
+        "Transactions -> EnrichedTransaction (a Python assign, two as-of joins) -> UserSpend "
+        "(filter, assign, 7-day Count/Sum/Avg/Max/LastK/Distinct on the engine's operator "
+        f"code) and MerchantVolume (a native 1-day count); {batch_payments.USERS} users, "
+        f"{batch_payments.MERCHANTS} merchants. Events are transactions.",
+        "",
+        "| contender | events | events/s (wall) | events per CPU-second | wall s | CPU s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        r = spark_rows[n]
+        lines.append(f"| Spark backfill (3 Delta tables in, 3 out) | {n:,} | {r['events/s']:,.0f} "
+                     f"| {r['events/cpu-s']:,.0f} | {r['wall']:.1f} | {r['cpu']:.1f} |")  # fmt: skip
+    lines.append(f"| stream engine (Kafka -> Kafka, exactly once) | {args.payments_engine_events:,} "
+                 f"| {eng['events/s']:,.0f} | {eng['events/cpu-s']:,.0f} | {eng['wall']:.1f} "
+                 f"| {eng['cpu']:.1f} |")  # fmt: skip
+    big = spark_rows[sizes[-1]]
+    lines += [
+        "",
+        "| ratio | value | target |",
+        "|---|---:|---:|",
+        f"| Spark / engine, per core (largest size) | {big['events/cpu-s'] / eng['events/cpu-s']:.1f} | >= 50 |",
+    ]
+    if len(sizes) > 1:
+        small = spark_rows[sizes[0]]
+        growth = (big["wall"] / small["wall"]) / (sizes[-1] / sizes[0])
+        lines.append(f"| wall time growth / event growth ({sizes[0]:,} -> {sizes[-1]:,}) "
+                     f"| {growth:.2f} | <= 1.0 (linear) |")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":
