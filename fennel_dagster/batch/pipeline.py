@@ -14,9 +14,9 @@ each partition (history replayed in time order, as a backfill sees it: nothing i
 each partition's Arrow batches go through ``PipelineExecutor.apply_node`` with an in-memory
 state that lives for the partition (``ops.state.MemoryState``: the mock's hangar). Continuous
 count/sum/avg/min/max aggregates take a faster road: native Spark window functions
-(``batch.native``), proven equal by the same tests. A join
-cogroups the left rows with the right dataset's rows by key and answers each left row from
-the right rows' as-of index, exactly as the engine's lookups do.
+(``batch.native``), proven equal by the same tests. A join is
+one sort-merge pass of the left rows and the right dataset's versions (``batch.asof``), with
+the engine's lookup semantics.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 from pyspark.sql import types as T  # noqa: N812
 
 from fennel_dagster.batch import native
+from fennel_dagster.batch.asof import asof_join
 from fennel_dagster.batch.expr import SparkUnsupported, spark_type, to_column
 from fennel_dagster.commit.infer import node_schemas
 from fennel_dagster.ops import aggregate, index
@@ -188,34 +189,10 @@ class SparkPipeline:
         return ordered.mapInPandas(run, spark_schema(fields_out))
 
     def _join(self, node: spec.JoinNode, left: DataFrame, right: DataFrame) -> DataFrame:
-        """As-of join: each key's left rows with that key's right rows (its whole history),
-        answered by the engine's join from an as-of index of the right rows."""
-        fields_in = self.schemas[node.input]
-        fields_out = self.schemas[node.id]
-        ts = next(f.name for f in fields_in if f.timestamp)
-        right_ds = self.datasets[node.right]
-        executor = self._executor
-
-        def run(lpdf: pd.DataFrame, rpdf: pd.DataFrame) -> pd.DataFrame:
-            if lpdf.empty:
-                return _to_arrow_frame(pd.DataFrame(), fields_out).iloc[0:0]
-            state = MemoryState()
-            if not rpdf.empty:
-                wb = WriteBatch()
-                typed_r = pd.DataFrame(
-                    {f.name: astype(rpdf[f.name], f.dtype) for f in right_ds.fields}
-                )
-                index.upsert(right_ds, typed_r, wb, _deleted(rpdf))
-                state.apply(wb)
-            typed = pd.DataFrame({f.name: astype(lpdf[f.name], f.dtype) for f in fields_in})
-            wb = WriteBatch()
-            res = BatchResult(rows=pd.DataFrame(), writes=wb)
-            out = executor.apply_node(node, typed, ts, state, wb, res)
-            return _to_arrow_frame(out, fields_out)
-
-        grouped_left = left.groupBy(*node.left_on)
-        grouped_right = right.groupBy(*node.right_on)
-        return grouped_left.cogroup(grouped_right).applyInPandas(run, spark_schema(fields_out))
+        """As-of join: one sort-merge pass of the left rows with the right versions
+        (``batch.asof``), the engine's lookup semantics."""
+        joined = asof_join(node, left, right, self.schemas[node.input], self.datasets)
+        return joined.select(*[f.name for f in self.schemas[node.id]])
 
 
 def _deleted(rows: pd.DataFrame) -> pd.Series | None:
