@@ -93,7 +93,7 @@ def record_materializations(
         committed = branches.checkout(client.conn, branch)
     if committed is None:
         return
-    backfills = {b.dataset.split(".")[0]: b for b in client.backfills}
+    backfills = {b.dataset: b for b in client.backfills}
     for ds in committed.datasets:
         if ds.meta.deleted:
             continue

@@ -109,50 +109,18 @@ def main() -> None:
     pay_eng = batch_payments.engine_backfill(s, args.payments_engine_events)
     print(f"engine payments {args.payments_engine_events:,}: {pay_eng}", flush=True)
 
-    sizes = sorted(spark_rows)
     lines = [
         "# Batch benchmark: Spark backfill vs the stream engine",
         "",
         f"`python -m bench.batch_bench --sizes {args.sizes} --engine-events {args.engine_events}"
-        f" --keys {args.keys} --partitions {args.partitions}` on "
+        f" --keys {args.keys} --partitions {args.partitions} --payments-sizes "
+        f"{args.payments_sizes} --payments-engine-events {args.payments_engine_events}` on "
         f"{datetime.now(UTC):%Y-%m-%d}; 2 cores, 24 GiB, Spark local[*], one Kafka broker. "
-        'The same pipeline (Count + Sum per uid over Continuous("1h"), 1000 keys).',
+        'First the streaming benchmark\'s pipeline (Count + Sum per uid over Continuous("1h"), '
+        "1000 keys).",
+        *_table("Spark backfill (Delta on S3 -> Delta on S3)", spark_rows, args.engine_events, eng),
         "",
-        "| contender | events | events/s (wall) | events per CPU-second | wall s | CPU s |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for n in sizes:
-        r = spark_rows[n]
-        lines.append(f"| Spark backfill (Delta on S3 -> Delta on S3) | {n:,} | {r['events/s']:,.0f} "
-                     f"| {r['events/cpu-s']:,.0f} | {r['wall']:.1f} | {r['cpu']:.1f} |")  # fmt: skip
-    lines.append(f"| stream engine (Kafka -> Kafka, exactly once) | {args.engine_events:,} "
-                 f"| {eng['events/s']:,.0f} | {eng['events/cpu-s']:,.0f} | {eng['wall']:.1f} "
-                 f"| {eng['cpu']:.1f} |")  # fmt: skip
-    big = spark_rows[sizes[-1]]
-    lines += [
-        "",
-        "| ratio | value | target |",
-        "|---|---:|---:|",
-        f"| Spark / engine, per core (largest size) | {big['events/cpu-s'] / eng['events/cpu-s']:.1f} | >= 50 |",
-    ]
-    if len(sizes) > 1:
-        small = spark_rows[sizes[0]]
-        growth = (big["wall"] / small["wall"]) / (sizes[-1] / sizes[0])
-        lines.append(f"| wall time growth / event growth ({sizes[0]:,} -> {sizes[-1]:,}) "
-                     f"| {growth:.2f} | <= 1.0 (linear) |")  # fmt: skip
-    lines += ["", *NATIVE_NOTES]
-    lines += _payments_table(args, pay_rows, pay_eng)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = ROOT / "bench" / "results" / "batch.md"
-    out.write_text(text)
-
-
-def _payments_table(
-    args: argparse.Namespace, spark_rows: dict[int, dict[str, float]], eng: dict[str, float]
-) -> list[str]:
-    sizes = sorted(spark_rows)
-    lines = [
+        *NATIVE_NOTES,
         "",
         "## The example repo end to end (examples/payments)",
         "",
@@ -160,15 +128,36 @@ def _payments_table(
         "(filter, assign, 7-day Count/Sum/Avg/Max/LastK/Distinct on the engine's operator "
         f"code) and MerchantVolume (a native 1-day count); {batch_payments.USERS} users, "
         f"{batch_payments.MERCHANTS} merchants. Events are transactions.",
+        *_table(
+            "Spark backfill (3 Delta tables in, 3 out)",
+            pay_rows,
+            args.payments_engine_events,
+            pay_eng,
+        ),  # fmt: skip
+        "",
+        *PAYMENTS_NOTES,
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = ROOT / "bench" / "results" / "batch.md"
+    out.write_text(text)
+
+
+def _table(
+    label: str, spark_rows: dict[int, dict[str, float]], engine_events: int, eng: dict[str, float]
+) -> list[str]:
+    """One shape's rows (Spark at each size, the engine), per-core ratio and growth."""
+    sizes = sorted(spark_rows)
+    lines = [
         "",
         "| contender | events | events/s (wall) | events per CPU-second | wall s | CPU s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for n in sizes:
         r = spark_rows[n]
-        lines.append(f"| Spark backfill (3 Delta tables in, 3 out) | {n:,} | {r['events/s']:,.0f} "
+        lines.append(f"| {label} | {n:,} | {r['events/s']:,.0f} "
                      f"| {r['events/cpu-s']:,.0f} | {r['wall']:.1f} | {r['cpu']:.1f} |")  # fmt: skip
-    lines.append(f"| stream engine (Kafka -> Kafka, exactly once) | {args.payments_engine_events:,} "
+    lines.append(f"| stream engine (Kafka -> Kafka, exactly once) | {engine_events:,} "
                  f"| {eng['events/s']:,.0f} | {eng['events/cpu-s']:,.0f} | {eng['wall']:.1f} "
                  f"| {eng['cpu']:.1f} |")  # fmt: skip
     big = spark_rows[sizes[-1]]
@@ -183,7 +172,7 @@ def _payments_table(
         growth = (big["wall"] / small["wall"]) / (sizes[-1] / sizes[0])
         lines.append(f"| wall time growth / event growth ({sizes[0]:,} -> {sizes[-1]:,}) "
                      f"| {growth:.2f} | <= 1.0 (linear) |")  # fmt: skip
-    return lines + ["", *PAYMENTS_NOTES]
+    return lines
 
 
 NATIVE_NOTES = [

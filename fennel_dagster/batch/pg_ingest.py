@@ -25,14 +25,14 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from fennel_dagster.batch.ledger import read_ledger
 from fennel_dagster.batch.s3_ingest import inbox_partition
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.settings import Settings
@@ -129,31 +129,9 @@ def _optional(job: plan.PostgresIngestJobSpec, field: str) -> bool:
 
 
 def read_cursor(servers: str, topic: str) -> Any:
-    """The cursor the ledger says is sent (None: nothing yet), read_committed."""
-    c = Consumer({
-        "bootstrap.servers": servers, "group.id": f"ledger-{time.time_ns()}",
-        "isolation.level": "read_committed", "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })  # fmt: skip
-    cursor = None
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        if high <= low:
-            return None
-        c.assign([TopicPartition(topic, 0, low)])
-        while True:
-            m = c.poll(5.0)
-            if m is None:
-                raise PostgresSourceError(f"ledger {topic} did not answer in time")
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return cursor
-                raise KafkaException(err)
-            if m.key() == LEDGER_KEY:
-                cursor = json.loads(m.value() or b"{}").get("cursor")
-    finally:
-        c.close()
+    """The cursor the ledger says is sent (None: nothing yet)."""
+    entry = read_ledger(servers, topic).get(LEDGER_KEY)
+    return None if entry is None else json.loads(entry).get("cursor")
 
 
 def pull(spark: Any, settings: Settings, job: plan.PostgresIngestJobSpec) -> PullReport:

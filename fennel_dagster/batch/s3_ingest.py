@@ -21,14 +21,14 @@ import json
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from fennel_dagster.batch.ledger import read_ledger
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.s3 import s3_client
@@ -107,33 +107,9 @@ def list_files(settings: Settings, job: plan.S3IngestJobSpec) -> list[S3File]:
     return sorted(files, key=lambda f: f.path)
 
 
-def read_ledger(servers: str, topic: str) -> set[str]:
-    """The ledger keys committed so far (read_committed, to the end of the topic)."""
-    c = Consumer({
-        "bootstrap.servers": servers, "group.id": f"ledger-{time.time_ns()}",
-        "isolation.level": "read_committed", "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })  # fmt: skip
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        done: set[str] = set()
-        if high <= low:
-            return done
-        c.assign([TopicPartition(topic, 0, low)])
-        while True:
-            m = c.poll(5.0)
-            if m is None:
-                raise S3SourceError(f"ledger {topic} did not answer in time")
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:  # all committed rows read
-                    return done
-                raise KafkaException(err)
-            key = m.key()
-            if key is not None:
-                done.add(key.decode())
-    finally:
-        c.close()
+def sent_files(servers: str, topic: str) -> set[str]:
+    """The ledger keys (files) committed so far."""
+    return {key.decode() for key in read_ledger(servers, topic)}
 
 
 def ingest(
@@ -141,7 +117,7 @@ def ingest(
 ) -> IngestReport:
     """Send ``files`` (those not in the ledger) to the inbox; one Spark job."""
 
-    done = read_ledger(settings.kafka_servers, job.ledger_topic)
+    done = sent_files(settings.kafka_servers, job.ledger_topic)
     todo = [f for f in files if f.ledger_key not in done]
     report = IngestReport()
     if not todo:
@@ -282,7 +258,7 @@ def _send_file(
         "transaction.timeout.ms": 120_000,
     })  # fmt: skip
     p.init_transactions(30)  # fences an earlier attempt at this file, completes or aborts it
-    if key in read_ledger(servers, ledger):
+    if key in sent_files(servers, ledger):
         return 0  # an earlier attempt committed it
     p.begin_transaction()
     for i, raw in enumerate(rows):
@@ -326,7 +302,7 @@ def _unreadable(
         "transactional.id": f"{job.name}:{hashlib.sha1(f.ledger_key.encode()).hexdigest()[:20]}",
     })  # fmt: skip
     p.init_transactions(30)
-    if f.ledger_key in read_ledger(settings.kafka_servers, job.ledger_topic):
+    if f.ledger_key in sent_files(settings.kafka_servers, job.ledger_topic):
         return
     p.begin_transaction()
     p.produce(job.error_topic, json.dumps(record, sort_keys=True).encode(), partition=0)

@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.batch.pipeline import whole_instants
-from fennel_dagster.batch.progress import Progress, watch
+from fennel_dagster.batch.progress import watch
 from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
 from fennel_dagster.engine.messages import InMessage
@@ -52,10 +52,15 @@ EP, TS, TOPIC, VALUE = "__ep", "__ts", "__topic", "__value"
 class BackfillReport:
     job: str
     dataset: str
+    pipeline: str
     how: str  # "spark": seeded from history; "stream": left to the engine; "none": no history
     reason: str
     partitions: tuple[SeedResult, ...] = ()
     seconds: float = 0.0
+
+    @property
+    def scope(self) -> str:
+        return f"{self.dataset}.{self.pipeline}"
 
     @property
     def messages(self) -> int:
@@ -99,34 +104,35 @@ class Backfiller:
     def seed(
         self, job: plan.PipelineJobSpec, tables: dict[str, plan.OfflineTable], seed_id: str
     ) -> BackfillReport:
+        ids = (job.name, job.dataset.name, job.pipeline.name)
         name = f"{job.dataset.name}.{job.pipeline.name}"
         streams = (*job.inputs, *job.lookups)
         missing = [s.dataset.name for s in streams if s.dataset.name not in tables]
         if missing:
-            return BackfillReport(job.name, name, "stream", f"input {', '.join(missing)} has "
+            return BackfillReport(*ids, "stream", f"input {', '.join(missing)} has "
                                   "no committed offline table: the engine reads its topic")  # fmt: skip
-        pins = {s.topic: _pin(self.settings, tables[s.dataset.name], s.topic, job.partitions)
+        pins = {s.topic: OfflineTable(self.settings, tables[s.dataset.name]).pin(s.topic, job.partitions)
                 for s in streams}  # fmt: skip
         if not any(p.version is not None and any(p.next_offsets.values()) for p in pins.values()):
-            return BackfillReport(job.name, name, "none", "its inputs have no history yet")
+            return BackfillReport(*ids, "none", "its inputs have no history yet")
         t0 = time.monotonic()
         lines = ", ".join(f"{s.dataset.name} v{pins[s.topic].version}" for s in streams)
         self.on_progress(f"backfill {name} on Spark from {lines}")
         spark = self.spark()
         results = self._run_on_spark(spark, job, tables, pins, seed_id, t0)
         seen = {r.partition for r in results}
-        for p in range(job.partitions):  # partitions with no history still get their offsets
-            if p not in seen:
-                right = _right_batches(self.settings, job, tables, pins)
-                results.append(seed_partition(self.settings, job, p, seed_id,
-                                              _hand_over(job, pins, p), right, []))  # fmt: skip
+        empty = [p for p in range(job.partitions) if p not in seen]
+        right = _right_batches(self.settings, job, tables, pins) if empty else []
+        for p in empty:  # partitions with no history still get their offsets
+            results.append(seed_partition(self.settings, job, p, seed_id,
+                                          _hand_over(job, pins, p), right, []))  # fmt: skip
         results.sort(key=lambda r: r.partition)
-        return BackfillReport(job.name, name, "spark", "seeded from history",
+        return BackfillReport(*ids, "spark", "seeded from history",
                               tuple(results), time.monotonic() - t0)  # fmt: skip
 
     def _run_on_spark(
         self, spark: Any, job: plan.PipelineJobSpec, tables: dict[str, plan.OfflineTable],
-        pins: dict[str, _Pin], seed_id: str, t0: float,
+        pins: dict[str, TablePin], seed_id: str, t0: float,
     ) -> list[SeedResult]:  # fmt: skip
         from pyspark.sql import types as T  # noqa: N812 - the PySpark convention
 
@@ -178,20 +184,7 @@ class Backfiller:
         return [SeedResult(**r.asDict()) for r in rows]
 
 
-@dataclass(frozen=True)
-class _Pin:
-    version: int | None
-    next_offsets: dict[int, int]
-
-
-def _pin(settings: Settings, table: plan.OfflineTable, topic: str, partitions: int) -> _Pin:
-    pin: TablePin | None = OfflineTable(settings, table).pin(topic, partitions)
-    if pin is None:  # no row written yet: the engine reads the topic from its start
-        return _Pin(None, {p: 0 for p in range(partitions)})
-    return _Pin(pin.version, pin.next_offsets)
-
-
-def _hand_over(job: plan.PipelineJobSpec, pins: dict[str, _Pin], partition: int) -> HandOver:
+def _hand_over(job: plan.PipelineJobSpec, pins: dict[str, TablePin], partition: int) -> HandOver:
     """Partition ``partition``'s inputs at the pins: its own partition of each streamed
     input, every partition of each joined (broadcast) input."""
     offsets = {(s.topic, partition): pins[s.topic].next_offsets[partition] for s in job.inputs}
@@ -288,7 +281,7 @@ def _by_partition(batches: Iterator[pd.DataFrame]) -> Iterator[tuple[int, list[I
 
 def _right_batches(
     settings: Settings, job: plan.PipelineJobSpec, tables: dict[str, plan.OfflineTable],
-    pins: dict[str, _Pin],
+    pins: dict[str, TablePin],
 ) -> list[list[InMessage]]:  # fmt: skip
     """Every joined dataset's rows at its pin, as its topic's messages (dimension tables are
     small: each job partition indexes all of them, as the engine's broadcast join does)."""
@@ -307,10 +300,10 @@ def _right_batches(
 
 def _describe(r: BackfillReport) -> str:
     if r.how != "spark":
-        return f"backfill {r.dataset}: {r.reason}"
-    return (f"backfill {r.dataset}: {r.messages} history rows -> {r.outputs} rows in "
+        return f"backfill {r.scope}: {r.reason}"
+    return (f"backfill {r.scope}: {r.messages} history rows -> {r.outputs} rows in "
             f"{len(r.partitions)} partitions on Spark in {r.seconds:.1f}s; the stream "
             "takes over at the pinned offsets")  # fmt: skip
 
 
-__all__ = ["BackfillReport", "Backfiller", "Progress"]
+__all__ = ["BackfillReport", "Backfiller"]

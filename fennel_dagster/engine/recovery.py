@@ -131,30 +131,8 @@ class Recovery:
             reader_c.close()
 
     def _read_markers(self, start: int) -> list[tuple[int, dict[str, Any]]]:
-        """Committed markers of this partition in the replaylog from ``start``."""
         assert self.replaylog is not None
-        c = kafka_clients.consumer(
-            self.settings, f"{self.job}.replay", **{"enable.partition.eof": True}
-        )
-        out: list[tuple[int, dict[str, Any]]] = []
-        try:
-            c.assign([TopicPartition(self.replaylog, 0, start if start >= 0 else OFFSET_BEGINNING)])
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                msg = c.poll(1.0)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return out
-                    raise KafkaException(err)
-                marker = json.loads(msg.value() or b"{}")
-                if marker.get("p") == self.partition:
-                    out.append((msg.offset() or 0, marker))
-            raise RecoveryError(f"job {self.job}: reading replaylog {self.replaylog} timed out")
-        finally:
-            c.close()
+        return read_markers(self.settings, self.job, self.replaylog, self.partition, start)
 
     def _read_range(
         self, c: Consumer, topic: str, part: int, first: int, last: int
@@ -179,3 +157,30 @@ class Recovery:
             f"job {self.job} p{self.partition}: replay of {topic}[{part}] "
             f"{first}..{last} did not finish; were the input's messages deleted by retention?"
         )
+
+
+def read_markers(
+    settings: Settings, job: str, replaylog: str, partition: int, start: int = -1
+) -> list[tuple[int, dict[str, Any]]]:
+    """(offset, marker) of every committed marker of ``partition`` in ``replaylog`` from
+    offset ``start`` (-1: the beginning): batch markers and a backfill's seed markers."""
+    c = kafka_clients.consumer(settings, f"{job}.replay", **{"enable.partition.eof": True})
+    out: list[tuple[int, dict[str, Any]]] = []
+    try:
+        c.assign([TopicPartition(replaylog, 0, start if start >= 0 else OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return out
+                raise KafkaException(err)
+            marker = json.loads(msg.value() or b"{}")
+            if marker.get("p") == partition:
+                out.append((msg.offset() or 0, marker))
+        raise RecoveryError(f"job {job}: reading replaylog {replaylog} timed out")
+    finally:
+        c.close()

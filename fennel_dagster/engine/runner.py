@@ -83,7 +83,7 @@ class Runner:
         state_dir: Path | None = None,
     ) -> None:
         if isinstance(
-            job.spec, plan.OfflineJobSpec | plan.S3IngestJobSpec | plan.PostgresIngestJobSpec
+            job.spec, plan.OfflineJobSpec | plan.IngestFields
         ):
             raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings

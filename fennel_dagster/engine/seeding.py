@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
-    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -40,8 +38,9 @@ from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
 from fennel_dagster.engine.messages import InMessage, OutRecord
+from fennel_dagster.engine.recovery import read_markers
 from fennel_dagster.engine.snapshots import SnapshotStore
-from fennel_dagster.ops.state import OverlayReader, WriteBatch
+from fennel_dagster.ops.state import WriteBatch
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 
@@ -89,7 +88,7 @@ def seed_partition(
     t0 = time.monotonic()
     logic = PipelineJob(job)
     result = SeedResult(partition)
-    done = _sent_chunks(settings, job.replaylog, partition, seed_id)
+    done = _sent_chunks(settings, job.name, job.replaylog, partition, seed_id)
     producer = kafka_clients.transactional_producer(settings, f"{job.name}.seed.p{partition}")
     producer.init_transactions(60)
     group = kafka_clients.consumer(settings, f"{job.name}.p{partition}")
@@ -104,7 +103,7 @@ def seed_partition(
                     chunk.errors += [m.value for m in batch if m.value is not None]
                     result.errors += len(batch)
                     continue
-                it = logic.process(batch, OverlayReader(hangar, WriteBatch()))
+                it = logic.process(batch, hangar)
                 if it.writes is not None:
                     hangar.apply(it.writes)
                 chunk.outputs += it.outputs
@@ -185,27 +184,8 @@ def _send(
     result.chunks_sent += 1
 
 
-def _sent_chunks(
-    settings: Settings, replaylog: str, partition: int, seed_id: str
-) -> dict[int, int]:
+def _sent_chunks(settings: Settings, job: str, replaylog: str, partition: int,
+                 seed_id: str) -> dict[int, int]:  # fmt: skip
     """Chunks of this seed already committed for ``partition``: chunk -> marker offset."""
-    c = kafka_clients.consumer(settings, f"seed-check.{seed_id}", **{"enable.partition.eof": True})
-    out: dict[int, int] = {}
-    try:
-        c.assign([TopicPartition(replaylog, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            msg = c.poll(1.0)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise KafkaException(err)
-            marker = json.loads(msg.value() or b"{}")
-            if marker.get("p") == partition and marker.get("seed") == seed_id:
-                out[int(marker["chunk"])] = msg.offset() or 0
-        raise RecoveryError(f"reading replaylog {replaylog} for seed markers timed out")
-    finally:
-        c.close()
+    return {int(m["chunk"]): offset for offset, m in read_markers(settings, job, replaylog, partition)
+            if m.get("seed") == seed_id}  # fmt: skip

@@ -107,7 +107,7 @@ class TablePin:
     """A version of a table and the topic offsets it covers: where a backfill reading that
     version hands over to the stream."""
 
-    version: int
+    version: int | None  # None: no row written yet (a reader reads the topic from its start)
     next_offsets: dict[int, int]  # topic partition -> first offset not in the table
 
 
@@ -156,13 +156,13 @@ class OfflineTable:
                 out[p] = int(version)
         return out
 
-    def pin(self, topic: str, partitions: int) -> TablePin | None:
+    def pin(self, topic: str, partitions: int) -> TablePin:
         """The table's current version and, per topic partition, the next offset it has not
         got: a reader of that version has exactly the topic's rows before those offsets."""
         table = self._load()
         self._table = None
         if table is None:
-            return None
+            return TablePin(None, {p: 0 for p in range(partitions)})
         nxt = {}
         for p in range(partitions):
             version = table.transaction_version(_app_id(topic, p))

@@ -147,11 +147,9 @@ class OfflineJobSpec:
 
 
 @dataclass(frozen=True)
-class S3IngestJobSpec:
-    """Polls ``source``'s S3 prefix (every ``source.every``) and sends each new file's rows to
-    ``inbox_topic`` once, recording the file on ``ledger_topic`` in the same transaction."""
-
-    KIND: ClassVar[JobKind] = "s3_ingest"
+class IngestFields:
+    """What every source Spark reads has: the rows go to ``inbox_topic`` (read by the
+    source's ``SourceJobSpec``), what was sent to ``ledger_topic`` in the same transaction."""
 
     name: str
     partitions: int
@@ -164,21 +162,20 @@ class S3IngestJobSpec:
 
 
 @dataclass(frozen=True)
-class PostgresIngestJobSpec:
+class S3IngestJobSpec(IngestFields):
+    """Polls ``source``'s S3 prefix (every ``source.every``) and sends each new file's rows to
+    the inbox once, recording the file on the ledger in the same transaction."""
+
+    KIND: ClassVar[JobKind] = "s3_ingest"
+
+
+@dataclass(frozen=True)
+class PostgresIngestJobSpec(IngestFields):
     """Pulls ``source``'s table (every ``source.every``) by its cursor column: the rows past
-    the last cursor go to ``inbox_topic`` with the new cursor on ``ledger_topic``, in one
-    transaction per chunk of whole cursor values."""
+    the last cursor go to the inbox with the new cursor on the ledger, in one transaction
+    per chunk of whole cursor values."""
 
     KIND: ClassVar[JobKind] = "pg_ingest"
-
-    name: str
-    partitions: int
-    dataset: DatasetSpec
-    source: SourceSpec
-    inbox_topic: str
-    inbox_partitions: int
-    ledger_topic: str
-    error_topic: str
 
 
 StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec  # Kafka in and out
@@ -209,7 +206,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
         return (job.external_topic,)
     if isinstance(job, IndexJobSpec | OfflineJobSpec):
         return (job.input_topic,)
-    if isinstance(job, S3IngestJobSpec | PostgresIngestJobSpec):
+    if isinstance(job, IngestFields):
         return ()
     own = (job.repartition.topic,) if job.repartition is not None else ()
     return tuple(s.topic for s in (*job.inputs, *job.lookups)) + own

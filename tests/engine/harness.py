@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fennel_dagster.client import Client
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.runner import Runner
+from fennel_dagster.engine.supervisor import _runner_main
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow, list_jobs
-from fennel_dagster.ops.rows import dumps, loads
+from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable
+from fennel_dagster.ops.rows import dumps, loads, to_records
 from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan
+from tests.engine import repo
 
 
 def commit(settings: Settings, datasets: list[Any]) -> dict[str, JobRow]:
@@ -134,3 +140,37 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condi
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def offline_writer(s: Settings, job: JobRow) -> Any:
+    """An offline writer job in a process of its own (so a test can SIGKILL it)."""
+    proc = mp.get_context("spawn").Process(
+        target=_runner_main, args=(s, job.to_json(), 0, "offline-test"), daemon=True
+    )
+    proc.start()
+    return proc
+
+
+def table_rows(table: OfflineTable) -> list[tuple[int, int]]:
+    """(topic partition, offset) of every row of an offline table."""
+    t = table.read([PARTITION, OFFSET]).to_pydict()
+    return sorted(zip(t[PARTITION], t[OFFSET], strict=True))
+
+
+def txn_with_history(s: Settings, ev: pd.DataFrame) -> tuple[list[Any], dict[str, JobRow]]:
+    """Commit the engine repo (Txn -> Spend), put ``ev`` on Txn's topic and wait until Txn's
+    offline table holds every row: the history a replay or backfill reads."""
+    create_topic(s, f"{s.namespace}.raw")
+    datasets = repo.graph(f"{s.namespace}.raw")
+    jobs = commit(s, datasets)
+    txn = jobs["offline:Txn"]
+    assert isinstance(txn.spec, plan.OfflineJobSpec)
+    produce_rows(s, txn.spec.input_topic, to_records(ev))
+    proc = offline_writer(s, txn)
+    try:
+        table = OfflineTable(s, txn.spec.table)
+        wait_for(lambda: len(table_rows(table)) >= len(ev), 90, "Txn's offline table")
+    finally:
+        proc.terminate()
+        proc.join(30)
+    return datasets, jobs

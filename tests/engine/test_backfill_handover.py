@@ -25,8 +25,16 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 from tests.engine import repo
 from tests.engine.expected import mock_rows, mock_run
-from tests.engine.harness import Fleet, commit, create_topic, produce_rows, read_topic, wait_for
-from tests.engine.test_offline_table import _table_rows, _writer
+from tests.engine.harness import (
+    Fleet,
+    commit,
+    create_topic,
+    offline_writer,
+    produce_rows,
+    read_topic,
+    table_rows,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
 COLS = ["uid", "total", "n", "ts"]
@@ -52,11 +60,11 @@ def test_a_commit_back_fills_a_new_aggregate_on_spark_and_hands_over_to_the_stre
     ev = repo.events(600, keys=10, seed=21)
     history, live = ev.iloc[:400], ev.iloc[400:]
     produce_rows(s, txn.spec.input_topic, to_records(history), by="uid")
-    writer = _writer(s, txn)  # keeps writing Txn's table during the commit
+    writer = offline_writer(s, txn)  # keeps writing Txn's table during the commit
     lines: list[str] = []
     try:
         table = OfflineTable(s, txn.spec.table)
-        wait_for(lambda: len(_table_rows(table)) >= 400, 90, "Txn's history in its table")
+        wait_for(lambda: len(table_rows(table)) >= 400, 90, "Txn's history in its table")
 
         with Client(s, on_progress=lines.append) as client:
             with pytest.raises(BackfillRefused, match="would back-fill Spend.agg"):
@@ -116,10 +124,10 @@ def test_a_commit_back_fills_a_new_aggregate_on_spark_and_hands_over_to_the_stre
         j for j in list_jobs_of(s) if j.kind == "offline" and j.spec.dataset.name == "Spend"
     )
     assert isinstance(spend.spec, plan.OfflineJobSpec)
-    writer = _writer(s, spend)
+    writer = offline_writer(s, spend)
     try:
         spend_table = OfflineTable(s, spend.spec.table)
-        wait_for(lambda: len(_table_rows(spend_table)) >= 600, 90, "Spend's offline table")
+        wait_for(lambda: len(table_rows(spend_table)) >= 600, 90, "Spend's offline table")
     finally:
         writer.terminate()
         writer.join(30)

@@ -19,12 +19,10 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.offline.table import DAY, OfflineTable
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
-from fennel_dagster.wire import plan
 from resources import FennelSettings
 from tests.engine import repo
 from tests.engine.expected import mock_rows, mock_run
-from tests.engine.harness import commit, create_topic, produce_rows, wait_for
-from tests.engine.test_offline_table import _table_rows, _writer
+from tests.engine.harness import txn_with_history
 from tests.engine.test_replay import COLS, _multiset
 
 pytestmark = pytest.mark.services
@@ -36,21 +34,9 @@ def test_a_date_range_of_an_offline_asset_materialises_as_one_spark_replay(
     s = engine_settings.with_(offline_flush_s=0.2)
     for key, value in s.as_env().items():  # the resources read the settings from the env
         monkeypatch.setenv(key, value)
-    create_topic(s, f"{s.namespace}.raw")
-    datasets = repo.graph(f"{s.namespace}.raw")
-    jobs = commit(s, datasets)
-    txn = jobs["offline:Txn"]
-    assert isinstance(txn.spec, plan.OfflineJobSpec)
     ev = repo.events(600, keys=8, seed=5)
     ev["ts"] = ev["ts"] + pd.Timedelta(hours=21)  # two event dates
-    produce_rows(s, txn.spec.input_topic, to_records(ev))
-    proc = _writer(s, txn)
-    try:
-        wait_for(lambda: len(_table_rows(OfflineTable(s, txn.spec.table))) >= len(ev), 90,
-                 "Txn's offline table")  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.join(30)
+    datasets, jobs = txn_with_history(s, ev)
 
     with connect(s, s.pg_schema) as conn:
         (main,) = [c for c in catalog.load(conn) if c.branch == "main"]

@@ -3,7 +3,6 @@ writer is SIGKILLed during its commits; Spark reads the same table (real Kafka, 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import signal
@@ -14,28 +13,22 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fennel_dagster.engine.supervisor import _runner_main
-from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable
+from fennel_dagster.offline.table import OfflineTable
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 from tests.engine import repo
-from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
+from tests.engine.harness import (
+    commit,
+    create_topic,
+    offline_writer,
+    produce_rows,
+    read_topic,
+    table_rows,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
-
-
-def _writer(s: Settings, job: Any) -> Any:
-    proc = mp.get_context("spawn").Process(
-        target=_runner_main, args=(s, job.to_json(), 0, "offline-test"), daemon=True
-    )
-    proc.start()
-    return proc
-
-
-def _table_rows(table: OfflineTable) -> list[tuple[int, int]]:
-    t = table.read([PARTITION, OFFSET]).to_pydict()
-    return sorted(zip(t[PARTITION], t[OFFSET], strict=True))
 
 
 def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topic(
@@ -65,7 +58,7 @@ def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topi
     proc = None
     try:
         while kills < 20:
-            proc = _writer(s, job)
+            proc = offline_writer(s, job)
             before = table.version()
             # kill once the writer is committing: after a commit of its own, at a random moment
             wait_for(lambda b=before: table.version() != b, 60, "a commit")  # type: ignore[misc]
@@ -75,10 +68,10 @@ def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topi
             kills += 1
         stop.set()
         producer.join(60)
-        proc = _writer(s, job)  # the last run finishes the topic
+        proc = offline_writer(s, job)  # the last run finishes the topic
         produced = pd.concat(sent, ignore_index=True)
         want = sorted((p, o) for p, o, _ in read_topic(s, topic, 4, expect=len(produced)))
-        wait_for(lambda: len(_table_rows(table)) >= len(want), 120, "the whole topic")
+        wait_for(lambda: len(table_rows(table)) >= len(want), 120, "the whole topic")
         time.sleep(1.0)
     finally:
         stop.set()
@@ -87,7 +80,7 @@ def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topi
             proc.join(30)
     assert kills >= 20
     assert len(want) == len(produced)
-    assert _table_rows(table) == want  # every offset once: nothing lost, nothing twice
+    assert table_rows(table) == want  # every offset once: nothing lost, nothing twice
     got = table.read().to_pandas().sort_values(["uid", "ts", "amount"]).reset_index(drop=True)
     exp = produced.sort_values(["uid", "ts", "amount"]).reset_index(drop=True)
     assert got["uid"].tolist() == exp["uid"].tolist()
@@ -108,9 +101,9 @@ def test_spark_reads_the_offline_table_the_engine_wrote(
     ev = repo.events(300, keys=5, seed=5)
     produce_rows(s, job.spec.input_topic, to_records(ev))
     table = OfflineTable(s, job.spec.table)
-    proc = _writer(s, job)
+    proc = offline_writer(s, job)
     try:
-        wait_for(lambda: len(_table_rows(table)) >= len(ev), 90, "the rows")
+        wait_for(lambda: len(table_rows(table)) >= len(ev), 90, "the rows")
     finally:
         proc.terminate()
         proc.join(30)

@@ -18,11 +18,9 @@ from fennel_dagster.metadata.registry import branch_jobs
 from fennel_dagster.offline.table import DAY, OfflineTable
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
-from fennel_dagster.wire import plan
 from tests.engine import repo
 from tests.engine.expected import mock_rows, mock_run
-from tests.engine.harness import commit, create_topic, produce_rows, wait_for
-from tests.engine.test_offline_table import _table_rows, _writer
+from tests.engine.harness import txn_with_history
 
 pytestmark = pytest.mark.services
 COLS = ["uid", "total", "n", "ts"]
@@ -39,21 +37,9 @@ def test_replay_recomputes_history_and_a_date_range_on_spark(
     engine_settings: Settings, spark: Any
 ) -> None:
     s = engine_settings.with_(offline_flush_s=0.2)
-    create_topic(s, f"{s.namespace}.raw")
-    datasets = repo.graph(f"{s.namespace}.raw")
-    jobs = commit(s, datasets)
-    txn = jobs["offline:Txn"]
-    assert isinstance(txn.spec, plan.OfflineJobSpec)
     ev = repo.events(600, keys=10, seed=9)  # 30 s apart: about five hours over two days
     ev["ts"] = ev["ts"] + pd.Timedelta(hours=21)
-    produce_rows(s, txn.spec.input_topic, to_records(ev))
-    proc = _writer(s, txn)
-    try:
-        table = OfflineTable(s, txn.spec.table)
-        wait_for(lambda: len(_table_rows(table)) >= len(ev), 90, "the input's offline table")
-    finally:
-        proc.terminate()
-        proc.join(30)
+    datasets, jobs = txn_with_history(s, ev)
     with connect(s, s.pg_schema) as conn:
         branch = branch_jobs(conn, "main")
 

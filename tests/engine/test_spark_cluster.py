@@ -20,8 +20,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 from tests.engine import repo
 from tests.engine.expected import mock_rows, mock_run
-from tests.engine.harness import commit, create_topic, produce_rows, wait_for
-from tests.engine.test_offline_table import _table_rows, _writer
+from tests.engine.harness import txn_with_history, wait_for
 from tests.engine.test_replay import COLS, _multiset
 
 pytestmark = pytest.mark.services
@@ -71,20 +70,8 @@ def test_a_replay_runs_on_a_standalone_cluster_by_setting_the_master(
     engine_settings: Settings, cluster: str, tmp_path: Path
 ) -> None:
     s = engine_settings.with_(offline_flush_s=0.2)
-    create_topic(s, f"{s.namespace}.raw")
-    datasets = repo.graph(f"{s.namespace}.raw")
-    jobs = commit(s, datasets)
-    txn = jobs["offline:Txn"]
-    assert isinstance(txn.spec, plan.OfflineJobSpec)
     ev = repo.events(300, keys=6, seed=13)
-    produce_rows(s, txn.spec.input_topic, to_records(ev))
-    proc = _writer(s, txn)
-    try:
-        wait_for(lambda: len(_table_rows(OfflineTable(s, txn.spec.table))) >= len(ev), 90,
-                 "Txn's offline table")  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.join(30)
+    datasets, jobs = txn_with_history(s, ev)
     env = {**os.environ, **s.as_env(), "FENNEL_SPARK_MASTER": cluster}
     out = subprocess.run(
         [sys.executable, "-m", "fennel_dagster.cli.main", "backfill", "Spend"],

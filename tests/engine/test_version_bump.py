@@ -20,8 +20,14 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
-from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
-from tests.engine.test_offline_table import _table_rows
+from tests.engine.harness import (
+    commit,
+    create_topic,
+    produce_rows,
+    read_topic,
+    table_rows,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
 KEYS = pd.DataFrame({"uid": list(range(10))})
@@ -69,7 +75,7 @@ def test_a_version_bump_back_fills_while_the_old_version_serves(
         produce_rows(s, txn.spec.input_topic, to_records(ev.iloc[:400]), by="uid")
         v1_out = jobs["pipeline:Spend"].spec.output_topic  # type: ignore[union-attr]
         wait_for(lambda: len(read_topic(s, v1_out, 4, timeout=5)) >= 400, 120, "v1's outputs")
-        wait_for(lambda: len(_table_rows(OfflineTable(s, txn.spec.table))) >= 400, 60,
+        wait_for(lambda: len(table_rows(OfflineTable(s, txn.spec.table))) >= 400, 60,
                  "Txn's offline table")  # fmt: skip
         old = _lookup(s, at)
         v1_mock = mock_run(v1, ev.iloc[:400])
