@@ -31,6 +31,7 @@ from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.infer import node_schemas
 from fennel_dagster.commit.stages import STATEFUL_NODES, cut_of
 from fennel_dagster.ops.aggregate import is_continuous
+from fennel_dagster.ops.limits import DATASET_TOPIC_MAX_BYTES, ERROR_TOPIC_MAX_BYTES
 from fennel_dagster.wire import plan, spec
 from fennel_dagster.wire.codec import from_jsonable, to_jsonable
 
@@ -153,10 +154,13 @@ class _Compiler:
         ident = {"dataset": h}
         topic = _bp("topic", f"{ns}.ds.{safe}.v{ds.version}", ds.name, ident, {
             "partitions": self.partitions, "key_fields": list(ds.keys), "role": "dataset",
-            "configs": {"retention.ms": str(ds.history * 1000), "cleanup.policy": "delete"},
+            "configs": {"retention.ms": str(ds.history * 1000), "cleanup.policy": "delete",
+                        "max.message.bytes": str(DATASET_TOPIC_MAX_BYTES)},
         })  # fmt: skip
         errors = _bp("topic", f"{ns}.err.{safe}.v{ds.version}", ds.name, {**ident, "role": "error"}, {
-            "partitions": 1, "key_fields": [], "role": "error", "configs": {"retention.ms": str(14 * 86400 * 1000)},
+            "partitions": 1, "key_fields": [], "role": "error",
+            "configs": {"retention.ms": str(14 * 86400 * 1000),
+                        "max.message.bytes": str(ERROR_TOPIC_MAX_BYTES)},
         })  # fmt: skip
         self.out += [topic, errors]
         self.topic_of[ds.name] = topic.name
@@ -236,7 +240,8 @@ class _Compiler:
         repartition: plan.Repartition | None = None
         if cut is not None:
             bp = self.topic(f"{ns}.repart.{safe}.{_safe(p.name)}", entity, jident, "repartition",
-                            self.partitions, list(cut.keys), {"cleanup.policy": "delete"})  # fmt: skip
+                            self.partitions, list(cut.keys), {"cleanup.policy": "delete",
+                            "max.message.bytes": str(DATASET_TOPIC_MAX_BYTES)})  # fmt: skip
             schema = tuple(node_schemas(p, datasets)[cut.node])
             repartition = plan.Repartition(bp.name, cut.keys, cut.node, schema)
         prefix = f"{ns}.job.{safe}.{_safe(p.name)}"

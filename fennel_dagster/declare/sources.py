@@ -119,8 +119,14 @@ def source(
     where: Expr | Callable[..., Any] | None = None,
     bounded: bool = False,
     idleness: str | None = None,
+    earliest: dt.datetime | str = "1970-01-01T00:00:00+00:00",
+    max_future: str | int = "1d",
 ) -> Callable[[T], T]:
-    """Attach a source to a dataset (placed above ``@dataset``, as in Fennel)."""
+    """Attach a source to a dataset (placed above ``@dataset``, as in Fennel).
+
+    ``earliest`` and ``max_future`` bound event time (beyond Fennel's API): a row stamped
+    before ``earliest``, or more than ``max_future`` after it arrives, is an error row
+    instead of a watermark that jumps decades ahead."""
     if not isinstance(conn, Connector):
         raise DeclarationError(
             f"@source needs a connector reference such as Kafka(...).topic('t'), got {conn!r}"
@@ -152,6 +158,8 @@ def source(
             where=where_ir,
             bounded=bounded,
             idleness=duration(idleness, f"{name} @source idleness") if idleness else None,
+            earliest=_instant(earliest, f"{name} @source earliest") or spec.SourceSpec.earliest,
+            max_future=duration(max_future, f"{name} @source max_future"),
         )
         existing = list(getattr(cls, "__fennel_sources__", ()))
         cls.__fennel_sources__ = (*existing, src)  # type: ignore[attr-defined]

@@ -33,8 +33,9 @@ import pandas as pd
 from fennel_dagster.batch.pipeline import whole_instants
 from fennel_dagster.batch.progress import watch
 from fennel_dagster.engine.error_records import encode_error
+from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
-from fennel_dagster.engine.messages import InMessage
+from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.seeding import STAGE1_ERRORS, HandOver, SeedResult, seed_partition
 from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable, TablePin
@@ -234,13 +235,17 @@ def _stage1(batches: Iterator[pd.DataFrame], job: plan.PipelineJobSpec) -> Itera
     assert job.repartition is not None
     logic = PipelineJob(job)
     ts = next(f.name for f in job.repartition.schema if f.timestamp)
+
+    def poison(m: InMessage, e: Exception) -> ErrorRecord:
+        return poison_record(job.name, job.dataset.name, m, e)
+
     for pdf in batches:
         eps: list[int] = []
         stamps: list[Any] = []
         topics: list[str] = []
         values: list[bytes] = []
         for batch in _messages(pdf):
-            it = logic.process(batch, MemoryState())
+            it = process_isolating(logic.process, batch, MemoryState(), poison, job.name)
             for rec in it.outputs:
                 eps.append(rec.partition)
                 stamps.append(pd.Timestamp(loads(rec.value)[ts]))

@@ -30,6 +30,7 @@ from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
 from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
 from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import InMessage, Iteration
@@ -82,9 +83,7 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
-        if isinstance(
-            job.spec, plan.OfflineJobSpec | plan.IngestFields
-        ):
+        if isinstance(job.spec, plan.OfflineJobSpec | plan.IngestFields):
             raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings
         self.job = job
@@ -205,15 +204,10 @@ class Runner:
         self.stats.messages += len(msgs)
 
     def _process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
-        try:
-            return self.logic.process(msgs, reader)
-        except Exception as e:
-            first, last = msgs[0], msgs[-1]
-            raise PermanentJobError(
-                f"job {self.job.name} (of {self.job.spec.dataset.name}) partition "
-                f"{self.partition} failed on {first.topic}[{first.partition}] offsets "
-                f"{first.offset}..{last.offset}: {type(e).__name__}: {e}"
-            ) from e
+        name, ds = self.job.name, self.job.spec.dataset.name
+        return process_isolating(self.logic.process, msgs, reader,
+                                 lambda m, e: poison_record(name, ds, m, e),
+                                 f"{name} (of {ds}) partition {self.partition}")  # fmt: skip
 
     def _count_snapshot(self) -> None:
         self.stats.snapshots += 1

@@ -36,8 +36,9 @@ from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import RecoveryError
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
-from fennel_dagster.engine.messages import InMessage, OutRecord
+from fennel_dagster.engine.messages import ErrorRecord, InMessage, OutRecord
 from fennel_dagster.engine.recovery import read_markers
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.ops.state import WriteBatch
@@ -87,6 +88,10 @@ def seed_partition(
     emits, and store its state as the partition's snapshot at ``hand_over``."""
     t0 = time.monotonic()
     logic = PipelineJob(job)
+
+    def poison(m: InMessage, e: Exception) -> ErrorRecord:
+        return poison_record(job.name, job.dataset.name, m, e)
+
     result = SeedResult(partition)
     done = _sent_chunks(settings, job.name, job.replaylog, partition, seed_id)
     producer = kafka_clients.transactional_producer(settings, f"{job.name}.seed.p{partition}")
@@ -103,7 +108,7 @@ def seed_partition(
                     chunk.errors += [m.value for m in batch if m.value is not None]
                     result.errors += len(batch)
                     continue
-                it = logic.process(batch, hangar)
+                it = process_isolating(logic.process, batch, hangar, poison, f"{job.name} seed")
                 if it.writes is not None:
                     hangar.apply(it.writes)
                 chunk.outputs += it.outputs

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.declare.dtypes import render
+from fennel_dagster.ops import limits
 from fennel_dagster.ops.rows import from_records, json_value, to_records
 from fennel_dagster.wire import spec
 
@@ -35,24 +36,18 @@ def _check(value: Any, t: spec.DType) -> str | None:
         case spec.IntType():
             ok = isinstance(value, int) and not isinstance(value, bool)
             ok = ok or (isinstance(value, float) and value.is_integer())
-            return None if ok else "is not an int"
+            return limits.int_problem(value) if ok else "is not an int"
         case spec.FloatType():
             ok = isinstance(value, int | float) and not isinstance(value, bool)
-            return None if ok else "is not a float"
+            return limits.float_problem(value) if ok else "is not a float"
         case spec.BoolType():
             return None if isinstance(value, bool) else "is not a bool"
         case spec.StringType():
-            return None if isinstance(value, str) else "is not a str"
+            return limits.text_problem(value) if isinstance(value, str) else "is not a str"
         case spec.BytesType():
             return None if isinstance(value, str | bytes) else "is not bytes"
         case spec.TimestampType():
-            try:
-                pd.Timestamp(value) if not isinstance(value, int | float) else pd.Timestamp(
-                    value, unit="s"
-                )
-                return None
-            except (ValueError, TypeError):
-                return "is not a datetime"
+            return limits.timestamp_problem(value)
         case spec.DateType():
             try:
                 dt.date.fromisoformat(str(value))
@@ -94,6 +89,8 @@ def _check(value: Any, t: spec.DType) -> str | None:
         case spec.RegexType(pattern=pattern):
             if not isinstance(value, str):
                 return "is not a str"
+            if too_long := limits.text_problem(value):
+                return too_long
             return None if re.fullmatch(pattern, value) else f"does not match regex {pattern!r}"
         case spec.DecimalType():
             return None if isinstance(value, int | float | str) else "is not a decimal"

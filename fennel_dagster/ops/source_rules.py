@@ -39,3 +39,34 @@ def where_mask(src: spec.SourceSpec, df: pd.DataFrame, fn: WhereFn | None = None
         assert fn is not None
         return pd.Series(fn(df), index=df.index).astype(bool)
     return pd.Series(evaluate(src.where, df), index=df.index).fillna(False).astype(bool)
+
+
+def event_time_problem(
+    src: spec.SourceSpec, dataset: str, field: str, ts: pd.Timestamp, arrived: pd.Timestamp
+) -> str | None:
+    """Why a row's event time is out of the source's bounds, or None.
+
+    ``arrived`` is the row's processing time: the Kafka message's timestamp in the engine
+    (so a replay judges the same rows alike), the wall clock in the mock."""
+    earliest = pd.Timestamp(src.earliest)
+    if ts < earliest:
+        return (
+            f"{dataset}.{field} = {ts.isoformat()} is before the source's earliest "
+            f"({earliest.isoformat()}); pass earliest= to @source to accept older events"
+        )
+    ahead = (ts - arrived).total_seconds()
+    if ahead > src.max_future:
+        return (
+            f"{dataset}.{field} = {ts.isoformat()} is {_span(ahead)} ahead of its arrival "
+            f"({arrived.isoformat()}), more than the source's max_future "
+            f"({_span(src.max_future)}); a clock or unit error? raise max_future= on @source "
+            "to accept it"
+        )
+    return None
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f}{unit}"
+    return f"{seconds:.0f}s"

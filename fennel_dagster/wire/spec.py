@@ -454,6 +454,10 @@ class SourceSpec:
     where: Expr | UserCode | None = None
     bounded: bool = False
     idleness: int | None = None
+    # event-time bounds: rows stamped before ``earliest`` or more than ``max_future`` seconds
+    # after their arrival are error rows, so one bad clock cannot move the watermark
+    earliest: str = "1970-01-01T00:00:00+00:00"
+    max_future: int = 24 * 3600
 
 
 # --------------------------------------------------------------------------- expectations

@@ -33,8 +33,9 @@ def names(bs: BlueprintSet, entity: str) -> dict[str, str]:
 
 
 GOLDEN_TOPICS = {
-    "Transaction": "576b3ea58c7488eed2c0a8a290aae6f24b2be478d0e3202609796687963fac2b",
-    "UserSpend": "73f7a232163970facc78f583af6a0f78ea4dbdc4ef181a6e70916585118ce07b",  # User now via webhook
+    # changed when topics got a deliberate max.message.bytes and sources their event-time bounds
+    "Transaction": "e8addd2da80d7d7f14fa2624807271f84e6d6ac86df329c3023f574353e9cb22",
+    "UserSpend": "ca432a9ef1e39abaf433489924f1b3871ddde1a05b5cc225249162446b7acbc0",
 }
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, OutRecord
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.ops.index import DELETED
+from fennel_dagster.ops.limits import MAX_ROW_BYTES
 from fennel_dagster.ops.rows import dumps, from_records, loads, to_records
 from fennel_dagster.ops.schema import check_rows
 from fennel_dagster.wire import spec
@@ -64,6 +65,11 @@ def encode_rows(
     keys = list(ds.keys) if key_fields is None else list(key_fields)
     for rec in to_records(good, names):
         raw = dumps(rec)
+        if len(raw) > MAX_ROW_BYTES:
+            errors.append(ErrorRecord(ds.name, "output-schema", f"{where}: a row of {ds.name} is "
+                f"{len(raw):,} bytes as JSON, over the limit of {MAX_ROW_BYTES:,}",
+                source.topic, source.partition, source.offset, raw[:4096], where))  # fmt: skip
+            continue
         key, part = partition_of_record(rec, keys, partitions, raw)
         out.append(OutRecord(topic, part, key, raw))
     return out, errors

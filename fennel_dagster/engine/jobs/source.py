@@ -7,7 +7,11 @@ the dataset topic keyed by the dataset's keys; every row that fails anywhere goe
 error topic with the stage, the reason, the source offset and the raw payload — never
 dropped, never fatal. Rows older than the partition's watermark minus ``disorder`` are late:
 counted, and sent to the error topic too. The watermark lives in the hangar, so a replay
-classifies exactly the same rows as late.
+classifies exactly the same rows as late. Only honest events move it: a row stamped before
+the source's ``earliest`` or further ahead of its arrival (the message's Kafka timestamp)
+than ``max_future`` is an error row, so one bad clock cannot push the watermark to 2200.
+A value the operators cannot hold (beyond int64, NaN, year 9999, huge text; see
+``ops.limits``) is a schema error here, never an exception downstream.
 """
 
 from __future__ import annotations
@@ -21,9 +25,15 @@ from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, Ou
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.keys import micros
+from fennel_dagster.ops.limits import MAX_NESTING, MAX_ROW_BYTES, nesting, parse_timestamp
 from fennel_dagster.ops.rows import base_type, dumps, json_value
 from fennel_dagster.ops.schema import _check
-from fennel_dagster.ops.source_rules import preprocess, where_function, where_mask
+from fennel_dagster.ops.source_rules import (
+    event_time_problem,
+    preprocess,
+    where_function,
+    where_mask,
+)
 from fennel_dagster.ops.state import StateReader, WriteBatch
 from fennel_dagster.wire import plan, spec
 
@@ -76,10 +86,19 @@ class SourceJob:
                 it.errors.append(self._error(m, "schema", reason, rec))
                 continue
             self._normalise(rec)
-            t = micros(pd.Timestamp(rec[self.dataset.timestamp]))
+            ts = parse_timestamp(rec[self.dataset.timestamp])
+            t = micros(ts)
             if self.since is not None and t < micros(self.since):
                 continue
             if self.until is not None and t >= micros(self.until):
+                continue
+            arrived = (
+                pd.Timestamp(m.timestamp_ms, unit="ms", tz="UTC") if m.timestamp_ms > 0 else ts
+            )
+            bound = event_time_problem(self.source, self.dataset.name, self.dataset.timestamp,
+                                       ts, arrived)  # fmt: skip
+            if bound is not None:
+                it.errors.append(self._error(m, "event-time", bound, rec))
                 continue
             if mark is not None and t < mark - disorder_us:
                 it.late += 1
@@ -94,6 +113,12 @@ class SourceJob:
             if deleted:
                 out[DELETED] = True
             raw = dumps(out)
+            if len(raw) > MAX_ROW_BYTES:
+                it.errors.append(self._error(m, "schema", (
+                    f"{self.dataset.name}: the row is {len(raw):,} bytes as JSON, over the "
+                    f"limit of {MAX_ROW_BYTES:,}; send smaller rows"
+                ), None))  # fmt: skip
+                continue
             key, part = partition_of_record(out, list(self.dataset.keys), self.partitions, raw)
             it.outputs.append(OutRecord(self.output, part, key, raw))
         if mark is not None:
@@ -104,6 +129,11 @@ class SourceJob:
 
     def _parse(self, m: InMessage, it: Iteration) -> list[tuple[dict[str, Any], InMessage, bool]]:
         if m.value is None:
+            it.errors.append(self._error(m, "parse", (
+                f"a message with a null value (a tombstone, key {m.key!r}) on a source of "
+                f"{self.dataset.name}: a row must be a JSON object; to delete a row use "
+                'cdc="upsert" with a delete marker or cdc="debezium" with op "d"'
+            )))  # fmt: skip
             return []
         if len(m.value) > MAX_MESSAGE_BYTES:
             it.errors.append(self._error(m, "parse", (
@@ -118,6 +148,16 @@ class SourceJob:
             return []
         except ValueError as e:
             it.errors.append(self._error(m, "parse", f"not JSON: {e}"))
+            return []
+        except RecursionError:
+            it.errors.append(self._error(m, "parse", (
+                f"JSON nested deeper than the parser allows; rows may nest {MAX_NESTING} deep"
+            )))  # fmt: skip
+            return []
+        if nesting(doc) > MAX_NESTING + 1:  # +1: a list of rows
+            it.errors.append(self._error(m, "parse", (
+                f"JSON nested {nesting(doc)} deep; rows may nest {MAX_NESTING} deep"
+            )))  # fmt: skip
             return []
         docs = doc if isinstance(doc, list) else [doc]
         out: list[tuple[dict[str, Any], InMessage, bool]] = []
@@ -213,11 +253,8 @@ class SourceJob:
         """Timestamps as ISO-8601 UTC (numbers are epoch seconds, naive text is UTC)."""
         for name in self._ts_fields:
             v = rec.get(name)
-            if v is None:
-                continue
-            ts = pd.Timestamp(v, unit="s") if isinstance(v, int | float) else pd.Timestamp(v)
-            ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-            rec[name] = json_value(ts)
+            if v is not None:
+                rec[name] = json_value(parse_timestamp(v))
 
     def _error(
         self, m: InMessage, stage: str, reason: str, row: dict[str, Any] | None = None
