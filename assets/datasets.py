@@ -95,6 +95,13 @@ def dataset_spec(cat: BranchCatalog, ds: spec.DatasetSpec) -> AssetSpec:
         "source": _source(ds),
         "physical assets": MetadataValue.json([describe(a) for a in physical]),
     }
+    if ds.sources:  # how event time is judged: what is late, what is too far ahead
+        src = ds.sources[0]
+        metadata.update({
+            "event time: disorder (s)": src.disorder,
+            "event time: max_future (s)": src.max_future,
+            "event time: earliest": src.earliest,
+        })  # fmt: skip
     if topic is not None:
         metadata.update({
             "blueprint hash": topic.hash, "topic": topic.name,

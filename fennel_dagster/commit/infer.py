@@ -14,10 +14,12 @@ from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.infer_nodes import Schema, Stop, infer_node
 from fennel_dagster.commit.infer_types import (
     TypeErrorInExpr,
+    UnknownColumn,
     agg_type,
     base,
     optional,
     same_type,
+    show,
     strip_optional,
     type_of,
 )
@@ -26,12 +28,14 @@ from fennel_dagster.wire import spec
 __all__ = [
     "Schema",
     "TypeErrorInExpr",
+    "UnknownColumn",
     "agg_type",
     "base",
     "infer_pipeline",
     "node_schemas",
     "optional",
     "same_type",
+    "show",
     "strip_optional",
     "type_of",
 ]
@@ -51,7 +55,7 @@ def infer_pipeline(
         try:
             schemas[node.id] = infer_node(node, schemas, datasets, err)
         except TypeErrorInExpr as e:
-            err(node, str(e), "fix the expression or the columns it reads")
+            err(node, str(e), e.fix or "fix the expression or the columns it reads")
             return None, errors
         except Stop:
             return None, errors

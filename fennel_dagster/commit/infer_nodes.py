@@ -17,6 +17,7 @@ from fennel_dagster.commit.infer_types import (
     base,
     optional,
     same_type,
+    show,
     strip_optional,
     type_of,
 )
@@ -131,13 +132,13 @@ def _shape(schema: Schema) -> list[tuple[str, str, bool, bool]]:
 
 def _infer_filter(node: spec.FilterNode, s: Stream) -> Schema:
     pred = node.predicate
-    if pred is not None and not isinstance(
-        base(strip_optional(type_of(pred, s.types))), spec.BoolType
-    ):
-        s.report(
-            "the filter expression is not boolean",
-            "compare or test a column, e.g. col('x') > 0",
-        )
+    if pred is not None:
+        t = type_of(pred, s.types)
+        if not isinstance(base(strip_optional(t)), spec.BoolType):
+            s.report(
+                f"the filter expression {show(pred)} is {render(t)}, not boolean",
+                "compare or test a column, e.g. col('x') > 0",
+            )
     return s.src
 
 

@@ -1,12 +1,15 @@
 """Expression and aggregation typing, shared by ``infer`` and the operator rules (``infer_nodes``).
 
 ``type_of`` gives the type of an expression over a row's column types, ``agg_type`` the type of
-an aggregation's output column; both raise ``TypeErrorInExpr`` when the types do not fit.
+an aggregation's output column; both raise ``TypeErrorInExpr`` when the types do not fit, so an
+ill-typed expression is rejected at commit instead of failing on the first rows it meets.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
+from typing import NoReturn
 
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.errors import CommitError
@@ -14,7 +17,15 @@ from fennel_dagster.wire import spec
 
 
 class TypeErrorInExpr(CommitError, ValueError):
-    pass
+    """An expression that does not type; ``fix`` is the advice (empty: the caller's default)."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+class UnknownColumn(TypeErrorInExpr):
+    """The expression reads a column the schema does not have."""
 
 
 def base(t: spec.DType) -> spec.DType:
@@ -45,19 +56,93 @@ def same_type(a: spec.DType, b: spec.DType) -> bool:
     return a2 == b2
 
 
+def _core(t: spec.DType) -> spec.DType:
+    return base(strip_optional(t))
+
+
 def _numeric(t: spec.DType) -> bool:
-    return isinstance(base(strip_optional(t)), spec.IntType | spec.FloatType)
+    return isinstance(_core(t), spec.IntType | spec.FloatType)
+
+
+def _like(a: spec.DType, b: spec.DType) -> bool:
+    """Whether values of ``a`` and ``b`` compare: int with float yes, str with int no."""
+    a2, b2 = _core(a), _core(b)
+    number = spec.IntType | spec.FloatType | spec.DecimalType
+    if isinstance(a2, number) and isinstance(b2, number):
+        return True
+    if isinstance(a2, spec.ListType | spec.MapType) and isinstance(
+        b2, spec.ListType | spec.MapType
+    ):
+        return type(a2) is type(b2) and _like(a2.of, b2.of)
+    if isinstance(a2, spec.StructType) and isinstance(b2, spec.StructType):
+        return a2.name == b2.name
+    return type(a2) is type(b2)
+
+
+def _is(*kinds: type) -> Callable[[spec.DType], bool]:
+    return lambda t: isinstance(_core(t), kinds)
+
+
+def _is_null(e: spec.Expr) -> bool:
+    """An untyped ``None`` literal: it fits any operand."""
+    return isinstance(e, spec.Lit) and e.value is None and e.dtype is None
 
 
 def _wrap(result: spec.DType, *args: spec.DType) -> spec.DType:
     return optional(result) if any(isinstance(a, spec.OptionalType) for a in args) else result
 
 
+# --------------------------------------------------------------------------- rendering
+
+_ARITH = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+}
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_INFIX = _ARITH | _COMPARE | {"and": "&", "or": "|"}
+_PROPERTIES = {"dt.year", "dt.month", "dt.day", "dt.hour", "dt.minute", "dt.second", "dt.day_of_week"}  # fmt: skip
+
+
+def show(e: spec.Expr) -> str:
+    """An expression as the user wrote it, e.g. ``col("channel") > 5`` (for error messages)."""
+
+    def operand(a: spec.Expr) -> str:
+        infix = isinstance(a, spec.Call) and a.fn in _INFIX
+        return f"({show(a)})" if infix else show(a)
+
+    match e:
+        case spec.Col(name=n):
+            return f"col({json.dumps(n)})"
+        case spec.Lit(value=v, dtype=d):
+            text = json.dumps(v) if isinstance(v, str) else repr(v)
+            return f"lit({text}, {render(d)})" if d is not None else text
+        case spec.When(cases=cases, otherwise=other):
+            chain = ".".join(f"when({show(c)}).then({show(v)})" for c, v in cases)
+            return chain if _is_null(other) else f"{chain}.otherwise({show(other)})"
+        case spec.Call(fn=fn, args=args, dtype=d):
+            if fn in _INFIX:
+                return f"{operand(args[0])} {_INFIX[fn]} {operand(args[1])}"
+            if fn in ("neg", "not"):
+                return f"{'-' if fn == 'neg' else '~'}{operand(args[0])}"
+            params = [show(a) for a in args[1:]] + ([render(d)] if d is not None else [])
+            call = fn if fn in _PROPERTIES else f"{fn}({', '.join(params)})"
+            return f"{operand(args[0])}.{call}"
+    return repr(e)
+
+
+# --------------------------------------------------------------------------- typing
+
+
 def type_of(e: spec.Expr, schema: Mapping[str, spec.DType]) -> spec.DType:
     match e:
         case spec.Col(name=n):
             if n not in schema:
-                raise TypeErrorInExpr(f"column {n!r} does not exist (columns: {', '.join(schema)})")
+                raise UnknownColumn(f"column {n!r} does not exist (columns: {', '.join(schema)})")
             return schema[n]
         case spec.Lit(value=v, dtype=d):
             if d is not None:
@@ -71,33 +156,124 @@ def type_of(e: spec.Expr, schema: Mapping[str, spec.DType]) -> spec.DType:
                 str: spec.StringType(),
             }
             return literal[type(v)]
-        case spec.When(cases=cases, otherwise=other):
-            for c, _ in cases:
-                if not isinstance(base(strip_optional(type_of(c, schema))), spec.BoolType):
-                    raise TypeErrorInExpr("a when() condition is not boolean")
-            types = [type_of(v, schema) for _, v in cases] + [type_of(other, schema)]
-            non_null = [
-                t
-                for t in types
-                if not (isinstance(other, spec.Lit) and other.value is None and t is types[-1])
-            ]
-            result = strip_optional(non_null[0])
-            nullable = any(isinstance(t, spec.OptionalType) for t in types) or (
-                isinstance(other, spec.Lit) and other.value is None
-            )
-            return optional(result) if nullable else result
-        case spec.Call(fn=fn, args=args, dtype=dtype):
-            ts = [type_of(a, schema) for a in args]
-            return _call_type(fn, ts, dtype)
+        case spec.When():
+            return _when_type(e, schema)
+        case spec.Call():
+            ts = [type_of(a, schema) for a in e.args]
+            _check_operands(e, ts)
+            return _call_type(e, ts)
     raise TypeErrorInExpr(f"not an expression: {e!r}")
 
 
-def _call_type(fn: str, ts: list[spec.DType], dtype: spec.DType | None) -> spec.DType:
-    a = ts[0]
-    core = base(strip_optional(a))
-    if fn in ("add", "sub", "mul", "mod", "pow", "floordiv", "truediv"):
+def _when_type(e: spec.When, schema: Mapping[str, spec.DType]) -> spec.DType:
+    """The first non-null branch's type, Optional if any branch may be null; the conditions
+    must be bools and the branches like one another (int with float is fine)."""
+    for c, _ in e.cases:
+        t = type_of(c, schema)
+        if not isinstance(_core(t), spec.BoolType):
+            raise TypeErrorInExpr(f"the when() condition {show(c)} is {render(t)}, not bool",
+                                  'make it a condition, e.g. col("x") > 0')  # fmt: skip
+    values = [v for _, v in e.cases] + [e.otherwise]
+    types = [type_of(v, schema) for v in values]
+    typed = [(v, t) for v, t in zip(values, types, strict=True) if not _is_null(v)]
+    if not typed:
+        return spec.OptionalType(spec.IntType())
+    first, result = typed[0]
+    for v, t in typed[1:]:
+        if not _like(result, t):
+            raise TypeErrorInExpr(f"{show(e)} gives {render(result)} from {show(first)} but {render(t)} from {show(v)}",
+                                  "give every branch the same type (cast one with .astype(...))")  # fmt: skip
+    nullable = any(isinstance(t, spec.OptionalType) for t in types)
+    return optional(strip_optional(result)) if nullable else strip_optional(result)
+
+
+_STR, _INT, _BOOL, _TS = _is(spec.StringType), _is(spec.IntType), _is(spec.BoolType), _is(spec.TimestampType)  # fmt: skip
+# what a namespace's functions are applied to, the exceptions first
+_RECEIVER: dict[str, tuple[Callable[[spec.DType], bool], str]] = {
+    "str.json_extract": (lambda t: True, ""),
+    "dt.strftime": (_is(spec.TimestampType, spec.DateType), "a datetime or date"),
+    "str": (_STR, "a str"),
+    "dt": (_TS, "a datetime"),
+    "num": (_numeric, "a number"),
+    "list": (_is(spec.ListType), "a list"),
+    "struct": (_is(spec.StructType), "a struct"),
+}
+# the second argument of these, when it is a value rather than a literal parameter
+_SECOND: dict[str, tuple[Callable[[spec.DType], bool], str]] = {
+    "str.contains": (_STR, "a str"), "str.startswith": (_STR, "a str"),
+    "str.endswith": (_STR, "a str"), "str.concat": (_STR, "a str"),
+    "dt.since": (_TS, "a datetime"), "list.at": (_INT, "an int"),
+}  # fmt: skip
+
+
+def _check_operands(e: spec.Call, ts: list[spec.DType]) -> None:
+    """Reject operands the function cannot take: pandas/Spark would raise a raw TypeError on
+    the first rows (or, worse, coerce silently). Untyped ``None`` literals fit anything."""
+    fn, a = e.fn, ts[0]
+    null = [_is_null(x) for x in e.args]
+
+    def fits(i: int, test: Callable[[spec.DType], bool]) -> bool:
+        return null[i] or test(ts[i])
+
+    def fail(problem: str, fix: str) -> NoReturn:
+        raise TypeErrorInExpr(f"{show(e)} {problem}", fix)
+
+    if fn in _ARITH:
+        if not (fits(0, _numeric) and fits(1, _numeric)):
+            if fn == "sub" and fits(0, _TS) and fits(1, _TS):
+                return
+            fail(f"does arithmetic on {render(a)} and {render(ts[1])}",
+                 "arithmetic needs numbers: cast with .astype(int) or .astype(float) (join text with .str.concat())")  # fmt: skip
+    elif fn in _COMPARE:
+        if not (null[0] or null[1] or _like(a, ts[1])):
+            fail(
+                f"compares {render(a)} with {render(ts[1])}",
+                "cast one side or compare like with like",
+            )
+    elif fn in ("and", "or", "not"):
+        if not all(fits(i, _BOOL) for i in range(len(ts))):
+            fail(f"needs bools, got {' and '.join(render(t) for t in ts)}",
+                 'make each operand a condition, e.g. col("x") > 0')  # fmt: skip
+    elif fn == "neg" and not fits(0, _numeric):
+        fail(f"needs a number, got {render(a)}", "cast it with .astype(int) or .astype(float)")
+    elif fn == "fillnull" and not (null[1] or _like(a, ts[1])):
+        fail(f"fills {render(a)} with {render(ts[1])}", "fill with a value of the column's type")
+    elif "." in fn:
+        test, what = _RECEIVER.get(fn) or _RECEIVER.get(fn.split(".")[0], (lambda t: True, ""))
+        if not fits(0, test):
+            fail(f"needs {what}, got {render(a)}", "apply it to a column of that type, or cast first with .astype(...)")  # fmt: skip
+        if fn in _SECOND and not fits(1, _SECOND[fn][0]):
+            fail(f"needs {_SECOND[fn][1]} argument, got {render(ts[1])}", "pass a value of that type")  # fmt: skip
+        _check_container(e, ts, fail)
+
+
+def _check_container(
+    e: spec.Call, ts: list[spec.DType], fail: Callable[[str, str], NoReturn]
+) -> None:
+    """What a list's items or a struct's fields must be for ``list.*``/``struct.get``."""
+    core = _core(ts[0])
+    if isinstance(core, spec.ListType):
+        if e.fn in ("list.sum", "list.mean") and not _numeric(core.of):
+            fail(
+                f"needs a list of numbers, got {render(ts[0])}",
+                "sum and average numeric lists only",
+            )
+        if e.fn == "list.contains" and not (_is_null(e.args[1]) or _like(core.of, ts[1])):
+            fail(f"looks for a {render(ts[1])} in a {render(ts[0])}", "look for a value of the item type")  # fmt: skip
+    if isinstance(core, spec.StructType) and e.fn == "struct.get":
+        name = e.args[1].value if isinstance(e.args[1], spec.Lit) else None
+        if name not in {f.name for f in core.fields}:
+            fail(f"reads a field {core.name} does not have (fields: {', '.join(f.name for f in core.fields)})",
+                 "get an existing field")  # fmt: skip
+
+
+def _call_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
+    """The result type of a call whose operands ``_check_operands`` accepted."""
+    fn, a, dtype = e.fn, ts[0], e.dtype
+    core = _core(a)
+    if fn in _ARITH:
         return _arith_type(fn, ts)
-    if fn in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or"):
+    if fn in _COMPARE or fn in ("and", "or"):
         return _wrap(spec.BoolType(), *ts)
     if fn == "not":
         return _wrap(spec.BoolType(), a)
@@ -126,14 +302,6 @@ def _call_type(fn: str, ts: list[spec.DType], dtype: spec.DType | None) -> spec.
         "list.len": spec.IntType, "list.contains": spec.BoolType, "list.hasnull": spec.BoolType,
         "list.mean": lambda: spec.OptionalType(spec.FloatType()),
     }  # fmt: skip
-    if (
-        fn.startswith("str.")
-        and fn not in ("str.json_extract",)
-        and not isinstance(core, spec.StringType)
-    ):
-        raise TypeErrorInExpr(f"{fn} needs a str, got {render(a)}")
-    if fn.startswith("dt.") and fn != "dt.strftime" and not isinstance(core, spec.TimestampType):
-        raise TypeErrorInExpr(f"{fn} needs a datetime, got {render(a)}")
     if fn in simple:
         return _wrap(simple[fn](), *ts)
     if fn in ("num.abs", "num.round"):
@@ -143,11 +311,8 @@ def _call_type(fn: str, ts: list[spec.DType], dtype: spec.DType | None) -> spec.
     if fn == "list.sum" and isinstance(core, spec.ListType):
         return _wrap(core.of, a)
     if fn == "struct.get" and isinstance(core, spec.StructType):
-        return (
-            spec.OptionalType(spec.IntType())
-            if not core.fields
-            else optional(next((f.dtype for f in core.fields), spec.IntType()))
-        )
+        name = e.args[1].value if isinstance(e.args[1], spec.Lit) else None
+        return optional(next(f.dtype for f in core.fields if f.name == name))
     if fn == "str.json_extract":
         return spec.OptionalType(spec.StringType())
     raise TypeErrorInExpr(f"function {fn} cannot be applied to {', '.join(render(t) for t in ts)}")
@@ -155,10 +320,10 @@ def _call_type(fn: str, ts: list[spec.DType], dtype: spec.DType | None) -> spec.
 
 def _arith_type(fn: str, ts: list[spec.DType]) -> spec.DType:
     if not (_numeric(ts[0]) and _numeric(ts[1])):
-        if fn == "sub" and all(isinstance(base(strip_optional(t)), spec.TimestampType) for t in ts):
+        if fn == "sub" and all(isinstance(_core(t), spec.TimestampType) for t in ts):
             return _wrap(spec.IntType(), *ts)
         raise TypeErrorInExpr(f"{fn} needs numbers, got {render(ts[0])} and {render(ts[1])}")
-    floats = any(isinstance(base(strip_optional(t)), spec.FloatType) for t in ts)
+    floats = any(isinstance(_core(t), spec.FloatType) for t in ts)
     result: spec.DType = spec.FloatType() if floats or fn == "truediv" else spec.IntType()
     if fn in ("truediv", "floordiv", "mod"):
         return optional(result)  # division by zero gives null

@@ -13,7 +13,16 @@ from collections.abc import Callable, Iterable
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.executable import engine_shapes
 from fennel_dagster.commit.graph import EntityGraph
-from fennel_dagster.commit.infer import infer_pipeline, same_type
+from fennel_dagster.commit.infer import (
+    TypeErrorInExpr,
+    UnknownColumn,
+    base,
+    infer_pipeline,
+    same_type,
+    show,
+    strip_optional,
+    type_of,
+)
 from fennel_dagster.commit.wellformed import well_formed
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.wire import spec
@@ -55,6 +64,28 @@ def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]
             if src.cdc == "append" and ds.keys:
                 yield Violation(ds.name, where, "cdc='append' on a keyed dataset",
                                       "use cdc='upsert' (rows replace earlier rows of the same key)")  # fmt: skip
+
+
+def source_filters(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """A source's ``where=`` expression is typed over the dataset's fields, so a bad one is
+    rejected here rather than by the first rows logged. One that reads a raw column beyond
+    the fields cannot be typed and is left to the runtime."""
+    for ds in g.datasets.values():
+        types = {f.name: f.dtype for f in ds.fields}
+        for src in ds.sources:
+            if src.where is None or isinstance(src.where, spec.UserCode):
+                continue
+            where = f"@source {src.connector.kind} {src.connector.name} where"
+            try:
+                t = type_of(src.where, types)
+            except UnknownColumn:
+                continue
+            except TypeErrorInExpr as e:
+                yield Violation(ds.name, where, str(e), e.fix or "fix the expression")
+                continue
+            if not isinstance(base(strip_optional(t)), spec.BoolType):
+                yield Violation(ds.name, where, f"{show(src.where)} is {render(t)}, not boolean",
+                                "compare or test a column, e.g. col('x') > 0")  # fmt: skip
 
 
 def timestamps_and_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
@@ -299,7 +330,7 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viola
 
 
 RULES: tuple[Rule, ...] = (
-    owners, source_xor_pipeline, cdc_vs_keys, timestamps_and_keys, pipeline_schemas,
+    owners, source_xor_pipeline, cdc_vs_keys, source_filters, timestamps_and_keys, pipeline_schemas,
     terminal_inputs, extractors, windows, immutability, deletions, deleted_not_used,
     engine_shapes,
 )  # fmt: skip

@@ -36,6 +36,7 @@ from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import InMessage, Iteration
 from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
+from fennel_dagster.engine.restarts import RestartWatch
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.snapshotting import Snapshotter
 from fennel_dagster.metadata import registry
@@ -219,8 +220,10 @@ def run_forever(
     """A runner with its heartbeat in Postgres, until ``stop`` or the job leaves the registry.
 
     Transient failures (Kafka, Postgres, S3, a missing topic) are retried with exponential
-    backoff; the runner recovers from durable state each time. A permanent failure stops the
-    partition: its reason is recorded in the registry (``registry.failures``) and returned.
+    backoff; the runner recovers from durable state each time. Any other failure repeated
+    identically five times in quick succession is a restart loop (``restarts``). A permanent
+    failure stops the partition: its reason is recorded in the registry
+    (``registry.failures``) and returned.
     Returns None after a clean stop or a fencing.
     """
     stop = stop or threading.Event()
@@ -246,6 +249,18 @@ def run_forever(
             else:
                 Runner(settings, job, partition, owner).run(stop, beat)
 
+    watch = RestartWatch(f"job {job.name} partition {partition}")
+
+    def attempt() -> None:
+        watch.started()
+        try:
+            once()
+        except (Fenced, PermanentJobError):
+            raise
+        except Exception as e:
+            watch.failed(e)  # a restart loop becomes a PermanentJobError
+            raise
+
     retrying = Retrying(
         retry=retry_if_not_exception_type((Fenced, PermanentJobError)),
         wait=wait_exponential(multiplier=0.5, max=10.0),
@@ -261,7 +276,7 @@ def run_forever(
         reraise=True,
     )
     try:
-        retrying(once)
+        retrying(attempt)
     except Fenced:
         log.warning("%s.p%d: fenced; stopping", job.name, partition)
     except PermanentJobError as e:

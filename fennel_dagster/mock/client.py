@@ -32,8 +32,9 @@ from fennel_dagster.declare import commit_spec
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
-from fennel_dagster.ops.schema import check_rows
-from fennel_dagster.ops.source_rules import preprocess, where_mask
+from fennel_dagster.ops.rows import to_records
+from fennel_dagster.ops.schema import BadRow, check_rows
+from fennel_dagster.ops.source_rules import event_time_problem, preprocess, where_mask
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.execute import QueryExecutor
 from fennel_dagster.query.lookup import lookup_state
@@ -176,6 +177,9 @@ class MockClient:
         if from_source:
             df = _apply_source_rules(ds.sources if sources is None else sources, df)
         good, bad = check_rows(ds, df)
+        if from_source and not good.empty:
+            good, late = _event_time_bounds(ds, ds.sources if sources is None else sources, good)
+            bad += late
         result = LogResult(len(good), bad)
         if from_source and bad:
             raise MockError(
@@ -259,6 +263,22 @@ def _apply_source_rules(sources: Sequence[spec.SourceSpec], df: pd.DataFrame) ->
         out = preprocess(src, out)
         out = out[where_mask(src, out).to_numpy()]
     return out.reset_index(drop=True)
+
+
+def _event_time_bounds(
+    ds: spec.DatasetSpec, sources: Sequence[spec.SourceSpec], rows: pd.DataFrame
+) -> tuple[pd.DataFrame, list[BadRow]]:
+    """The source's event-time bounds, with now as every row's arrival (the engine uses the
+    Kafka message's timestamp)."""
+    now = pd.Timestamp.now(tz="UTC")
+    reasons = [
+        next((r for src in sources if (r := event_time_problem(src, ds.name, ds.timestamp,
+                                                                 ts, now))), None)
+        for ts in rows[ds.timestamp]
+    ]  # fmt: skip
+    keep = [r is None for r in reasons]
+    bad = [BadRow(ds.name, r, rec) for r, rec in zip(reasons, to_records(rows), strict=True) if r]
+    return rows[keep].reset_index(drop=True), bad
 
 
 def _validate(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> None:

@@ -63,6 +63,9 @@ def test_each_dataset_and_featureset_is_an_asset_with_lineage_and_metadata(
     assert us.metadata["topic"].startswith(f"{committed.namespace}.ds.UserSpend.v1.")
     assert us.metadata["partitions"] == 1 and us.metadata["ref count"] == 1
     assert us.metadata["blueprint hash"] and us.freshness_policy is not None
+    txn = specs[k("Transaction")].metadata  # a source's event-time bounds, where users look
+    assert txn["event time: disorder (s)"] > 0 and txn["event time: max_future (s)"] == 86400
+    assert txn["event time: earliest"].startswith("1970-01-01")
 
 
 def test_materialising_runs_the_commit_and_a_failing_expectation_fails_its_check(

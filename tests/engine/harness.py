@@ -89,6 +89,22 @@ def read_topic(
     return out
 
 
+def raw_records(s: Settings, topic: str, partition: int = 0) -> list[bytes]:
+    """Every committed value of one partition of ``topic``, as bytes."""
+    c = Consumer({"bootstrap.servers": s.kafka_servers, "group.id": f"raw-{time.time_ns()}",
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest"})  # fmt: skip
+    c.assign([TopicPartition(topic, partition, 0)])
+    out = []
+    while True:
+        m = c.poll(5)
+        if m is None or m.error():
+            break
+        out.append(m.value())
+    c.close()
+    return out
+
+
 class Fleet:
     """Runners of some job partitions in threads of this process (tests only)."""
 
