@@ -18,10 +18,12 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
 from fennel_dagster.batch.expr import spark_type
+from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.wire import spec
 
 NATIVE_KINDS = ("count", "sum", "avg", "min", "max")
+EXACT_INT = "decimal(38,0)"
 
 
 def _numeric(dtype: spec.DType) -> bool:
@@ -49,27 +51,45 @@ def continuous(
     """The node's per-event rows, computed by Spark window functions."""
     t = "__fennel_t"
     out_types = {f.name: spark_type(f.dtype) for f in fields_out}
+    fields_out_types = {f.name: f.dtype for f in fields_out}
     rows = df.withColumn(t, F.unix_micros(F.col(ts)))
     cols: list[Column] = [F.col(k) for k in node.keys]
+    fits: list[Column] = []
     for a in node.aggs:
         base = Window.partitionBy(*node.keys).orderBy(F.col(t))
         if a.window.kind == "forever" or a.window.duration is None:
             frame = base.rangeBetween(Window.unboundedPreceding, 0)
         else:
             frame = base.rangeBetween(-(a.window.duration * 1_000_000 - 1), 0)
-        value = _agg(a).over(frame)
+        int_sum = a.kind == "sum" and isinstance(base_type(fields_out_types[a.into]), spec.IntType)
+        value = _agg(a, exact=int_sum).over(frame)
         empty = _empty(a)
         if empty is not None:
             value = F.coalesce(value, F.lit(empty))
+        if isinstance(base_type(fields_out_types[a.into]), spec.FloatType):
+            # an error row on the engine; null (an empty min/max) is fine
+            fits.append(F.coalesce(~value.isin(float("inf"), float("-inf")), F.lit(True)))
+        if int_sum:
+            # an int sum that leaves int64 is an error row on the engine: left out here too
+            # (never wrapped around, never an ArithmeticException that fails the backfill)
+            fits.append(value.between(F.lit(INT64_MIN), F.lit(INT64_MAX)))
         cols.append(value.cast(out_types[a.into]).alias(a.into))
     cols.append(F.col(ts))
-    return rows.select(*cols)
+    if not fits:
+        return rows.select(*cols)
+    ok = "__fennel_fits"
+    fit = fits[0]
+    for more in fits[1:]:
+        fit = fit & more
+    return rows.select(*cols, fit.alias(ok)).where(F.col(ok)).drop(ok)
 
 
-def _agg(a: spec.AggSpec) -> Column:
+def _agg(a: spec.AggSpec, exact: bool = False) -> Column:
     if a.kind == "count":
         return F.count(F.col(a.of)) if a.of and a.dropnull else F.count(F.lit(1))
     assert a.of is not None
+    if a.kind == "sum" and exact:  # decimal(38, 0) holds any realistic sum of int64 values
+        return F.sum(F.col(a.of).cast(EXACT_INT))
     fn = {"sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}[a.kind]
     return fn(F.col(a.of))
 

@@ -21,6 +21,7 @@ the engine's lookup semantics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 
 import pandas as pd
@@ -35,7 +36,9 @@ from fennel_dagster.commit.infer import node_schemas
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.keys import micros
+from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
+from fennel_dagster.ops.rows import base_type
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -240,9 +243,19 @@ def _explode(df: DataFrame, cols: list[str]) -> DataFrame:
 
 
 def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFrame:
-    """Columns in schema order, as Arrow takes them back (object columns for nullables)."""
+    """Columns in schema order, as Arrow takes them back (object columns for nullables).
+
+    A row with an int beyond int64 (an int Sum that overflowed) or an infinite float is left
+    out: the engine makes it an error row (``ops.limits``), and Arrow would fail the whole
+    Spark task on the int."""
     out = {}
+    fits = pd.Series(True, index=df.index)
     for f in fields:
         s = df[f.name] if f.name in df.columns else pd.Series([None] * len(df), dtype=object)
+        if s.dtype == object and isinstance(base_type(f.dtype), spec.IntType):
+            fits &= s.map(lambda v: not isinstance(v, int) or INT64_MIN <= v <= INT64_MAX)
+        elif isinstance(base_type(f.dtype), spec.FloatType):  # inf is not stored either
+            fits &= ~s.map(lambda v: isinstance(v, float) and math.isinf(v)).astype(bool)
         out[f.name] = s.astype(object).where(s.notna(), None) if s.dtype != object else s
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    return frame if bool(fits.all()) else frame[fits.to_numpy()].reset_index(drop=True)
