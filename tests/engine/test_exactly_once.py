@@ -1,5 +1,8 @@
 """Exactly-once under crashes, cold recovery from S3, and fencing — real Kafka, RocksDB, S3.
 
+The crash test's stream carries poison rows too (not JSON; a key beyond int64): each must
+be an error row exactly once while runners are killed around them.
+
 Rows of one key go to one input partition in event-time order, so a clean run's outputs are
 deterministic and equal the mock client's; any lost or duplicated batch shows up as a
 difference in the committed output multiset or in the final state.
@@ -7,6 +10,7 @@ difference in the committed output multiset or in the final state.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -17,6 +21,7 @@ import time
 import pandas as pd
 import pytest
 
+from fennel_dagster.engine.error_records import decode_error
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.lookups import answer, partitions_of
 from fennel_dagster.engine.runner import Fenced, Runner, state_path
@@ -26,7 +31,16 @@ from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
-from tests.engine.harness import Fleet, commit, create_topic, produce_rows, read_topic, wait_for
+from tests.engine.harness import (
+    Fleet,
+    commit,
+    create_topic,
+    produce_raw,
+    produce_rows,
+    raw_records,
+    read_topic,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
 COLS = ["uid", "total", "n", "ts"]
@@ -71,6 +85,9 @@ def test_sigkill_runners_50_times_while_events_flow_and_outputs_stay_exactly_onc
         for w in range(waves):
             chunk = ev.iloc[w * total // waves : (w + 1) * total // waves]
             produce_rows(s, pipe.spec.inputs[0].topic, to_records(chunk), by="uid")
+            poison = [b"not json %d" % w, json.dumps({"uid": 2**70 + w, "amount": 1.0,
+                      "ts": repo.T0.isoformat()}).encode()]  # fmt: skip
+            produce_raw(s, pipe.spec.inputs[0].topic, poison, partitions=4)
             deadline = time.monotonic() + 12
             while time.monotonic() < deadline:
                 time.sleep(random.uniform(0.1, 0.4))
@@ -99,6 +116,9 @@ def test_sigkill_runners_50_times_while_events_flow_and_outputs_stay_exactly_onc
     got = [r for _, _, r in read_topic(s, out_topic, 4)]
     assert len(got) == total, f"{len(got)} outputs for {total} events"
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
+    # poison rows in the stream: each an error row exactly once, crashes or not
+    stages = sorted(decode_error(v)["stage"] for v in raw_records(s, pipe.spec.error_topic))
+    assert stages == ["decode"] * waves + ["process"] * waves, stages
     for at in (repo.T0 + pd.Timedelta(hours=3), repo.T0 + pd.Timedelta(hours=9)):
         check_state(s, "crashy", pipe, mock, at)
     # Spend ends in a continuous aggregate: its pipeline job's state serves lookups (no index)
