@@ -146,7 +146,13 @@ class _Compiler:
 
     def snapshots(self, prefix: str, entity: str, ident: dict[str, Any], job: str) -> None:
         self.out.append(
-            _bp("snapshot_prefix", prefix, entity, ident, {"bucket_prefix": f"snapshots/{job}/"})
+            _bp(
+                "snapshot_prefix",
+                prefix,
+                entity,
+                ident,
+                {"bucket_prefix": plan.snapshot_prefix(job)},
+            )
         )
 
     def dataset(self, ds: spec.DatasetSpec) -> None:
@@ -205,6 +211,9 @@ class _Compiler:
             webhook=inbox,
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, sident, job))
+        # its state (the watermark) is snapshotted like any job's: the bank owns the prefix
+        self.snapshots(f"snapshots/{safe}.src{i}", entity, {**sident, "role": "snapshots"},
+                       job.name)  # fmt: skip
 
     def ingest(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, sident: dict[str, Any],
                entity: str, errors: str) -> str:  # fmt: skip

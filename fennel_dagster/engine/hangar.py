@@ -21,6 +21,7 @@ from typing import Any
 from rocksdict import AccessType, Checkpoint, Options, Rdict
 from rocksdict import WriteBatch as RocksBatch
 
+from fennel_dagster.engine.failures import RecoveryError
 from fennel_dagster.ops.state import WriteBatch
 
 META = "__meta__"
@@ -60,7 +61,14 @@ class Hangar:
                 access_type=AccessType.secondary(str(self.secondary)),
             )
         else:
-            self._db = Rdict(str(self.path), _options(), column_families=cfs)
+            try:
+                self._db = Rdict(str(self.path), _options(), column_families=cfs)
+            except Exception as e:
+                if "lock" not in str(e).lower():
+                    raise
+                # another runner of this partition still holds it (stopping, or an orphan
+                # about to be fenced or killed): wait, do not count it as a restart loop
+                raise RecoveryError(f"state {self.path} is locked by another runner: {e}") from e
         self._families: dict[str, Any] = {}
         self._handles: dict[str, Any] = {}
         for name in cfs:

@@ -39,18 +39,24 @@ class Replayed:
 def open_state(
     store: SnapshotStore, path: Path, job: str, partition: int
 ) -> tuple[Hangar, str | None]:
-    """The partition's hangar: the local one if it finished opening before, else restored
-    from the newest snapshot (or empty). Returns the snapshot key it restored, if any."""
+    """The partition's hangar: the local one if it finished opening before for this
+    incarnation of the job, else restored from the newest snapshot (or empty). Returns the
+    snapshot key it restored, if any.
+
+    The incarnation is the one the bank gave the job's snapshot prefix: a job deleted and
+    committed again under the same name gets a new one, so its runners never read state
+    left by the deleted one."""
     for stale in path.parent.glob(f".{path.name}.ckpt-*"):
         shutil.rmtree(stale, ignore_errors=True)  # a snapshot a crash interrupted
     ready = path / ".ready"
+    incarnation = store.incarnation(job)
     restored = None
-    if not ready.exists():
+    if not ready.exists() or ready.read_text() != incarnation:
         if path.exists():
             shutil.rmtree(path)
         restored = store.restore_latest(job, partition, path)
         path.mkdir(parents=True, exist_ok=True)
-        ready.touch()
+        ready.write_text(incarnation)
     return Hangar(path), restored
 
 

@@ -115,6 +115,7 @@ class Runner:
         )  # fmt: skip
         self.snapshot_done = self.snapshotter.done
         self.snapshot_on_stop = True  # graceful stops leave a fresh snapshot for the next owner
+        self.keep_state: Callable[[], bool] = lambda: True  # False: the job is being deleted
 
     def request_snapshot(self) -> None:
         """Ask the running loop (another thread) for a snapshot now; see ``snapshot_done``."""
@@ -139,7 +140,7 @@ class Runner:
                      self.job.name, self.partition, self.stats.recovery_s, self.stats.replayed_batches)  # fmt: skip
             self._loop(stop, heartbeat, producer, consumer, hangar)
             self.snapshotter.join()
-            if self.snapshot_on_stop:
+            if self.snapshot_on_stop and self.keep_state():
                 self.snapshotter.now(hangar)
         finally:
             consumer.close()
@@ -227,6 +228,7 @@ def run_forever(
     Returns None after a clean stop or a fencing.
     """
     stop = stop or threading.Event()
+    removed = threading.Event()  # the job left the registry: its prefixes are being destroyed
 
     def once() -> None:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
@@ -235,6 +237,7 @@ def run_forever(
                 registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
                 if not registry.job_exists(conn, job.hash):
                     log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
+                    removed.set()
                     stop.set()
 
             beat()
@@ -247,7 +250,11 @@ def run_forever(
                 spark = spark_session(settings, app=job.name)
                 PostgresPoller(settings, job.spec, spark).run(stop, beat)
             else:
-                Runner(settings, job, partition, owner).run(stop, beat)
+                runner = Runner(settings, job, partition, owner)
+                runner.keep_state = lambda: (
+                    not removed.is_set()
+                )  # no snapshot into a deleted prefix
+                runner.run(stop, beat)
 
     watch = RestartWatch(f"job {job.name} partition {partition}")
 

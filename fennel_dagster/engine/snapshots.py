@@ -8,15 +8,19 @@ after a newer one is stored.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 import tempfile
 import uuid
 from pathlib import Path
 
+from botocore.exceptions import ClientError
+
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan
 
 
 class SnapshotStore:
@@ -32,9 +36,28 @@ class SnapshotStore:
             self._client = s3_client(self.settings)
         return self._client
 
-    @staticmethod
-    def prefix(job: str, partition: int) -> str:
-        return f"snapshots/{job}/p{partition}/"
+    def prefix(self, job: str, partition: int) -> str:
+        """Under the prefix the bank created for the job (``plan.snapshot_prefix``)."""
+        return f"{self.settings.namespace}/{plan.snapshot_prefix(job)}p{partition}/"
+
+    def incarnation(self, job: str) -> str:
+        """The id the bank gave the job's snapshot prefix when it created it ("" if none)."""
+        key = f"{self.settings.namespace}/{plan.snapshot_prefix(job)}.fennel-asset"
+        try:
+            if self.local is not None:
+                body = (self.local / self.bucket / key).read_bytes()
+            else:
+                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except FileNotFoundError:
+            return ""
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return ""
+            raise
+        try:
+            return str(json.loads(body).get("incarnation", ""))
+        except ValueError:
+            return ""
 
     def keys(self, job: str, partition: int) -> list[str]:
         prefix = self.prefix(job, partition)

@@ -11,15 +11,22 @@ fencing makes the hand-over safe even if the old runner is still alive.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
+
+import psycopg
+from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.runner import run_forever, state_path
@@ -32,9 +39,25 @@ from fennel_dagster.settings import Settings
 log = logging.getLogger("fennel_dagster.engine.supervisor")
 
 Key = tuple[str, int]
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _runner_main(settings: Settings, job_json: str, partition: int, owner: str) -> None:
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this runner when its supervisor dies, however it dies (Linux's parent-death
+    signal), so a restarted engine never meets orphans holding RocksDB locks. SIGKILL is
+    safe: exactly-once holds under it. Elsewhere the lease and Kafka fencing remain."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+
+
+def _runner_main(
+    settings: Settings, job_json: str, partition: int, owner: str, parent: int = 0
+) -> None:
+    if parent:
+        _die_with_parent(parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -62,8 +85,30 @@ class Supervisor:
     def __post_init__(self) -> None:
         self._ctx = mp.get_context("spawn")
         self._stop = threading.Event()
+        self.degraded_since: float | None = None  # Postgres unreachable since (monotonic)
         self._conn = connect(self.settings, self.settings.pg_schema, autocommit=True)
         migrate(self._conn)
+
+    def _reconnect(self, error: Exception) -> None:
+        """Postgres went away: say so once, then reconnect with backoff (until ``stop``).
+
+        The runners are processes of their own and keep processing meanwhile; this engine's
+        lease lapses, so other engines may take its partitions — Kafka fencing keeps that
+        safe — and the next poll after reconnecting recomputes what it owns."""
+        if self.degraded_since is None:
+            self.degraded_since = time.monotonic()
+            log.warning("engine %s: Postgres unreachable (%s); runners keep processing, "
+                        "reconnecting with backoff", self.engine_id, str(error).strip())  # fmt: skip
+        with contextlib.suppress(Exception):
+            self._conn.close()
+        retrying = Retrying(
+            retry=retry_if_exception_type(psycopg.OperationalError),
+            wait=wait_exponential(multiplier=0.5, max=10.0),
+            stop=stop_when_event_set(self._stop),
+            sleep=lambda seconds: None if self._stop.wait(seconds) else None,
+            reraise=True,
+        )
+        self._conn = retrying(connect, self.settings, self.settings.pg_schema, autocommit=True)
 
     # ------------------------------------------------------------------ one poll
 
@@ -102,6 +147,7 @@ class Supervisor:
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
         for key in [k for k in self.runners if k not in want]:
             self._stop_runner(key)
+        self._drop_state({(job.name, p) for (_, p), job in want.items()})
         for key, job in want.items():
             cur = self.runners.get(key)
             if cur is None:
@@ -111,10 +157,26 @@ class Supervisor:
                             self.engine_id, job.name, key[1], cur.process.exitcode)  # fmt: skip
                 self._start(job, key[1], cur.restarts + 1)
 
+    def _drop_state(self, owned: set[tuple[str, int]]) -> None:
+        """Local state of partitions this engine no longer runs (handed over, deleted jobs):
+        the next owner restores from S3, so a copy here would only fill the disk — and a
+        stale one must never meet a job of the same name again."""
+        root = self.settings.state_path / self.engine_id
+        if not root.is_dir():
+            return
+        for job_dir in root.iterdir():
+            for part in job_dir.glob("p*"):
+                if part.name[1:].isdigit() and (job_dir.name, int(part.name[1:])) not in owned:
+                    shutil.rmtree(part, ignore_errors=True)
+                    log.info("engine %s: dropped local state of %s %s (not owned)",
+                             self.engine_id, job_dir.name, part.name)  # fmt: skip
+            if job_dir.is_dir() and not any(job_dir.iterdir()):
+                job_dir.rmdir()
+
     def _start(self, job: JobRow, partition: int, restarts: int = 0) -> None:
         proc = self._ctx.Process(
             target=_runner_main,
-            args=(self.settings, job.to_json(), partition, self.engine_id),
+            args=(self.settings, job.to_json(), partition, self.engine_id, os.getpid()),
             name=f"runner-{job.name}-p{partition}",
             daemon=False,
         )
@@ -159,7 +221,14 @@ class Supervisor:
             while not self._stop.is_set():
                 try:
                     self.poll()
-                except Exception:  # noqa: BLE001 - Postgres blips must not kill the engine
+                    if self.degraded_since is not None:
+                        log.warning("engine %s: Postgres reachable again after %.1fs",
+                                    self.engine_id, time.monotonic() - self.degraded_since)  # fmt: skip
+                        self.degraded_since = None
+                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                    self._reconnect(e)
+                    continue
+                except Exception:  # noqa: BLE001 - one bad poll must not kill the engine
                     log.exception("engine %s: poll failed", self.engine_id)
                 self._stop.wait(self.settings.engine_poll_interval_s)
         finally:
@@ -178,5 +247,7 @@ class Supervisor:
             self.server.shutdown()
         try:
             registry.deregister_engine(self._conn, self.engine_id)
+        except psycopg.Error as e:  # its lease lapses on its own
+            log.warning("engine %s: could not deregister (%s)", self.engine_id, e)
         finally:
             self._conn.close()

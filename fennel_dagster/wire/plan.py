@@ -191,6 +191,12 @@ JOB_SPECS: tuple[type[JobSpec], ...] = (
 )
 
 
+def snapshot_prefix(job: str) -> str:
+    """Where a stream job's state snapshots live, under the namespace's root in the bucket:
+    the bank creates and destroys this prefix, runners write under it (one name, one place)."""
+    return f"snapshots/{job}/"
+
+
 def serves_dataset(job: JobSpec) -> str | None:
     """The dataset whose lookups this job answers (None: it answers none)."""
     if isinstance(job, IndexJobSpec):

@@ -56,6 +56,9 @@ def assert_invariants(client: Client) -> None:
     assert markers == want_prefixes, (
         f"stray {sorted(markers - want_prefixes)}, missing {sorted(want_prefixes - markers)}"
     )
+    # and no object outlives its prefix (snapshots, Delta files): a destroy deletes them all
+    strays = client.physical.stray_objects(want_prefixes)
+    assert not strays, f"objects under released prefixes: {strays[:5]} ({len(strays)})"
     # every branch shows exactly its head commit's graph: never a mix
     for branch, hashes in heads:
         assert set(hashes) == refs_by_branch.get(branch, set()), (

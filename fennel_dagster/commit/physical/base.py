@@ -7,7 +7,9 @@ job-registry row written at the commit point.
 
 from __future__ import annotations
 
+import json
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -99,6 +101,24 @@ class PhysicalAssets:
             f"deleting Kafka topic {bp.name} (broker {self.s.kafka_servers})", delete, self.attempts
         )
 
+    def _delete_groups(self, bp: Blueprint) -> None:
+        """A destroyed job's consumer groups (one per partition, ``<job>.p<n>``): a job
+        committed again under the same name must start clean, not at offsets the deleted
+        one committed (its replaylog, and so its state, are gone)."""
+        groups = [f"{bp.name}.p{i}" for i in range(int(bp.spec_dict().get("partitions", 1)))]
+
+        def delete() -> None:
+            for group, fut in (
+                self.admin().delete_consumer_groups(groups, request_timeout=10).items()
+            ):
+                try:
+                    fut.result(timeout=15)
+                except KafkaException as e:
+                    if "GROUP_ID_NOT_FOUND" not in str(e):
+                        raise RuntimeError(f"consumer group {group}: {e}") from e
+
+        retry(f"deleting the consumer groups of job {bp.name}", delete, self.attempts)
+
     # ---------------------------------------------------------------- object store
 
     def _prefix(self, bp: Blueprint) -> str:
@@ -108,7 +128,9 @@ class PhysicalAssets:
         return self._prefix(bp) + ".fennel-asset"
 
     def _create_prefix(self, bp: Blueprint) -> None:
-        body = bp.spec_json().encode()
+        # a fresh incarnation each time the prefix is created: a runner whose local state
+        # carries another one (a deleted and re-created job of the same name) drops it
+        body = json.dumps({"spec": bp.spec_dict(), "incarnation": uuid.uuid4().hex}).encode()
         if self.s.s3_url is None:
             path = self.s.local_object_dir / self.s.s3_bucket / self._marker(bp)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,12 +150,19 @@ class PhysicalAssets:
             return
 
         client = s3_client(self.s)
+        marker = self._marker(bp)
 
         def delete() -> None:
-            for key_prefix in (prefix, self._marker(bp)):
-                listed = client.list_objects_v2(Bucket=self.s.s3_bucket, Prefix=key_prefix)
-                for obj in listed.get("Contents", []):
-                    client.delete_object(Bucket=self.s.s3_bucket, Key=obj["Key"])
+            # every object, however many (pages of 1,000), and the marker last: a crash
+            # part-way leaves the marker, so the janitor sees the prefix and finishes it
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.s.s3_bucket, Prefix=prefix
+            )
+            for page in pages:
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if o["Key"] != marker]
+                if keys:
+                    client.delete_objects(Bucket=self.s.s3_bucket, Delete={"Objects": keys})
+            client.delete_object(Bucket=self.s.s3_bucket, Key=marker)
 
         retry(f"deleting S3 prefix {prefix}", delete, self.attempts)
 
@@ -144,8 +173,29 @@ class PhysicalAssets:
             base = self.s.local_object_dir / self.s.s3_bucket
             return {str(p.relative_to(base)) for p in Path(base, root).rglob("*.fennel-asset")}
 
-        listed = s3_client(self.s).list_objects_v2(Bucket=self.s.s3_bucket, Prefix=root)
-        return {o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".fennel-asset")}
+        pages = (
+            s3_client(self.s)
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=self.s.s3_bucket, Prefix=root)
+        )
+        return {o["Key"] for page in pages for o in page.get("Contents", [])
+                if o["Key"].endswith(".fennel-asset")}  # fmt: skip
+
+    def stray_objects(self, live: set[str]) -> list[str]:
+        """Objects under this namespace outside every prefix in ``live`` (full keys, with the
+        namespace): what a destroy, or a writer after it, left behind."""
+        root = f"{self.s.namespace}/"
+        if self.s.s3_url is None:
+            base = self.s.local_object_dir / self.s.s3_bucket
+            keys = [str(p.relative_to(base)) for p in Path(base, root).rglob("*") if p.is_file()]
+        else:
+            pages = (
+                s3_client(self.s)
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=self.s.s3_bucket, Prefix=root)
+            )
+            keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+        return sorted(k for k in keys if not any(k.startswith(p) for p in live))
 
     # ---------------------------------------------------------------- dispatch
 
@@ -158,5 +208,7 @@ class PhysicalAssets:
     def destroy(self, bp: Blueprint) -> None:
         if bp.kind == "topic":
             self._delete_topic(bp)
+        elif bp.kind == "job":
+            self._delete_groups(bp)
         elif bp.kind in ("snapshot_prefix", "offline_table"):
             self._delete_prefix(bp)

@@ -1,0 +1,162 @@
+"""Faults an operator meets, on the running engine (real Postgres, Kafka, S3; faults made by
+stopping and starting the services and by SIGKILL):
+
+- Postgres restarts under a running engine: the supervisor reconnects by itself, lookups
+  resume within a bounded time, outputs stay exactly once.
+- Only the supervisor is SIGKILLed: no runner outlives it, and an engine started again under
+  the same id serves within a bounded time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fennel_dagster import stack
+from fennel_dagster.client import Client
+from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.errors import FennelError
+from fennel_dagster.ops.rows import to_records
+from fennel_dagster.settings import Settings
+from tests.engine import repo
+from tests.engine.expected import as_multiset, mock_rows, mock_run
+from tests.engine.harness import commit, produce_rows, read_topic, wait_for
+from tests.engine.test_exactly_once import COLS, KEYS, in_order_events
+
+pytestmark = pytest.mark.services
+
+
+def counted(s: Settings, at: pd.Timestamp) -> int | None:
+    """How many events Spend's lookups count at ``at`` (None: not answerable yet)."""
+    try:
+        with Client(s) as c:
+            df, found = c.lookup("Spend", KEYS, timestamps=pd.Series([at] * len(KEYS)))
+    except (FennelError, LookupError, OSError):
+        return None
+    return int(df.n.fillna(0).sum()) if found.any() else 0
+
+
+def mock_count(datasets: list[type], ev: pd.DataFrame, at: pd.Timestamp) -> int:
+    df, _ = mock_run(datasets, ev).lookup("Spend", KEYS, pd.Series([at] * len(KEYS)))
+    return int(df.n.fillna(0).sum())
+
+
+def test_the_engine_rides_out_a_postgres_restart(engine_settings: Settings) -> None:
+    s = engine_settings
+    datasets = repo.graph(f"{s.namespace}.raw")
+    jobs = commit(s, datasets)
+    pipe = jobs["pipeline:Spend"]
+    first, second = in_order_events(400), in_order_events(400, 400)
+    sup = Supervisor(s, engine_id="pg-restart")
+    sup.start_lookups()
+    t = threading.Thread(target=sup.serve, daemon=True)
+    t.start()
+    end = first.ts.max()
+    both = pd.concat([first, second], ignore_index=True)
+    n1, n2 = mock_count(datasets, first, end), mock_count(datasets, both, second.ts.max())
+    try:
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(first), by="uid")
+        wait_for(lambda: counted(s, end) == n1, 120, "lookups before the restart")
+        stack.down(s, ["postgres"])
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(second), by="uid")
+        time.sleep(3)  # the engine notices: its polls fail, it starts reconnecting
+        assert sup.degraded_since is not None
+        t_up = time.monotonic()
+        assert all(r.health.ok for r in stack.up(s, ["postgres"]))
+        wait_for(lambda: counted(s, second.ts.max()) == n2, 90, "lookups after the restart")
+        resumed_s = time.monotonic() - t_up
+        assert sup.degraded_since is None and t.is_alive()  # no engine restart needed
+    finally:
+        sup.stop()
+        t.join(120)
+    got = [r for _, _, r in read_topic(s, pipe.spec.output_topic, 4)]
+    mock = mock_run(datasets, both)
+    assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
+    print(f"\nlookups resumed {resumed_s:.1f}s after Postgres came back")
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (read from /proc: Linux, like the engine's guard)."""
+    out = []
+    for stat in os.listdir("/proc"):
+        if stat.isdigit():
+            try:
+                fields = open(f"/proc/{stat}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(stat))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _engine(s: Settings, engine_id: str, log: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **s.as_env()}
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fennel_dagster.cli.main", "engine", "--id", engine_id],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
+    engine_settings: Settings, tmp_path: Path
+) -> None:
+    s = engine_settings
+    log = str(tmp_path / "engine.log")
+    datasets = repo.graph(f"{s.namespace}.raw")
+    jobs = commit(s, datasets)
+    pipe = jobs["pipeline:Spend"]
+    first, second = in_order_events(300), in_order_events(300, 300)
+    end = first.ts.max()
+    n1 = mock_count(datasets, first, end)
+    n2 = mock_count(datasets, pd.concat([first, second], ignore_index=True), second.ts.max())
+    produce_rows(s, pipe.spec.inputs[0].topic, to_records(first), by="uid")
+    engine = _engine(s, "orphans", log)
+    restarted = None
+    try:
+        try:
+            wait_for(lambda: counted(s, end) == n1, 180, "the engine serving")
+        except AssertionError:
+            with Client(s) as c:
+                try:
+                    got = c.lookup("Spend", KEYS, timestamps=pd.Series([end] * len(KEYS)))
+                except Exception as e:  # noqa: BLE001
+                    got = e
+            raise AssertionError(f"{got!r}\n" + Path(log).read_text()[-1500:]) from None
+        runners = _children(engine.pid)
+        assert len(runners) >= 4, runners  # the runner processes (and spawn's helper)
+        engine.send_signal(signal.SIGKILL)
+        engine.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in runners), 10, "the runners to die")
+        restarted = _engine(s, "orphans", log)  # same id: same state dir, same RocksDB locks
+        t0 = time.monotonic()
+        produce_rows(s, pipe.spec.inputs[0].topic, to_records(second), by="uid")
+        wait_for(lambda: counted(s, second.ts.max()) == n2, 120, "the restarted engine serving")
+        print(f"\nrestarted engine served all events {time.monotonic() - t0:.1f}s after start")
+    finally:
+        for proc in (engine, restarted):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    got = [r for _, _, r in read_topic(s, pipe.spec.output_topic, 4)]
+    mock = mock_run(datasets, pd.concat([first, second], ignore_index=True))
+    assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
