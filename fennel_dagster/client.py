@@ -331,5 +331,8 @@ def _post(url: str, body: bytes, timeout: float, what: str) -> dict[str, Any]:
     except urllib.error.HTTPError as e:
         detail = json.loads(e.read() or b"{}").get("error", str(e))
         raise LookupFailed(f"{what} at {url}: {detail}") from e
-    except OSError as e:
-        raise ClientError(f"{what} at {url}: {e}") from e
+    except OSError as e:  # refused, reset, timed out: an engine (re)starting or gone
+        raise ClientError(
+            f"{what} at {url} failed: {e}; the engine may be restarting: retry in a few "
+            "seconds, and if it persists check `fennel-dagster engine` is running"
+        ) from e

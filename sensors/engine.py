@@ -8,6 +8,7 @@ as failed (Dagster's default launcher cannot see a SIGKILLed worker) and relaunc
 stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive``.
 """
 
+import logging
 import threading
 import time
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from dagster import (
     op,
     sensor,
 )
+from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.lookup_server import Followers, serve
@@ -39,6 +41,8 @@ from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
 from resources import FennelSettings
+
+log = logging.getLogger("fennel_dagster.sensors.engine")
 
 JOB_PARTITIONS = "fennel_job_partitions"
 job_partitions = DynamicPartitionsDefinition(name=JOB_PARTITIONS)
@@ -82,14 +86,36 @@ def serve_lookups(
     )
     address = f"{settings.host}:{server.server_address[1]}"
 
-    def beat() -> None:
+    def heartbeats() -> None:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
             while True:
                 registry.heartbeat_engine(conn, owner, address, settings.engine_lease_s)
                 if stop.wait(2.0):
                     break
             registry.deregister_engine(conn, owner)
-        server.shutdown()
+
+    def beat() -> None:
+        # Postgres restarts are ridden out: reconnect with backoff (said once per outage);
+        # the endpoint's lease lapses meanwhile
+        try:
+            Retrying(
+                retry=retry_if_exception_type((psycopg.OperationalError, psycopg.InterfaceError)),
+                wait=wait_exponential(multiplier=0.5, max=10.0),
+                stop=stop_when_event_set(stop),
+                sleep=lambda seconds: None if stop.wait(seconds) else None,
+                before_sleep=lambda state: (
+                    None
+                    if state.attempt_number > 1
+                    else log.warning(
+                        "lookup endpoint %s: Postgres unreachable; reconnecting", owner
+                    )
+                ),
+                reraise=True,
+            )(heartbeats)
+        except psycopg.Error as e:  # stopped while Postgres was away: the lease lapses
+            log.warning("lookup endpoint %s: stopped without deregistering (%s)", owner, e)
+        finally:
+            server.shutdown()
 
     t = threading.Thread(target=beat, name="lookup-endpoint", daemon=True)
     t.start()

@@ -16,6 +16,7 @@ graph is destroyed before 5 commits, and a commit either lands whole or not at a
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -116,14 +117,21 @@ def commit(
             backfill,
             before_commit_point,
         )
-    except psycopg.OperationalError as e:
+    except (psycopg.OperationalError, psycopg.InterfaceError) as e:
         raise MetadataUnavailableError(
-            f"lost the connection to the metadata store while committing to {branch!r} ({e}): "
-            "recovery finishes or undoes it: run Client.recover(), or commit again (which recovers first)"
+            f"lost the connection to the metadata store while committing to {branch!r} "
+            f"({str(e).strip()}). The commit is unfinished: assets it created may exist, and "
+            "the branch shows either the previous commit or this one, whole, never a mix. "
+            "Recovery settles it (rolls back what did not reach the commit point, finishes what "
+            "did): run Client.recover() once the store is back, or commit again (which "
+            "recovers first)"
         ) from e
     finally:
-        if not lock_conn.closed:
-            locks.unlock_branch(lock_conn, branch)
+        # the session lock dies with its session: a lost connection needs no unlock, and an
+        # error here must not hide the message above
+        with contextlib.suppress(psycopg.Error):
+            if not lock_conn.closed:
+                locks.unlock_branch(lock_conn, branch)
 
 
 def _commit_locked(

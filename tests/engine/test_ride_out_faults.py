@@ -5,6 +5,7 @@ stopping and starting the services and by SIGKILL):
   resume within a bounded time, outputs stay exactly once.
 - Only the supervisor is SIGKILLed: no runner outlives it, and an engine started again under
   the same id serves within a bounded time.
+- Postgres stops mid-commit: one clear message; recovery then leaves no strays.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ import pytest
 
 from fennel_dagster import stack
 from fennel_dagster.client import Client
+from fennel_dagster.commit import crashpoints
+from fennel_dagster.commit.protocol import MetadataUnavailableError
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.errors import FennelError
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
+from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
 from tests.engine.harness import commit, produce_rows, read_topic, wait_for
@@ -160,3 +164,25 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     got = [r for _, _, r in read_topic(s, pipe.spec.output_topic, 4)]
     mock = mock_run(datasets, pd.concat([first, second], ignore_index=True))
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
+
+
+def test_a_commit_that_loses_postgres_says_so_and_recovery_leaves_no_strays(
+    engine_settings: Settings,
+) -> None:
+    """Postgres stops (really) after the commit created its first assets: the committer gets
+    one message naming the state and ``Client.recover()``, not a raw driver error; once
+    Postgres is back, recovery rolls the attempt back and nothing stray remains."""
+    s = engine_settings
+    crashpoints.arm("after_create_asset@3", lambda: stack.down(s, ["postgres"]))
+    try:
+        with Client(s) as c, pytest.raises(MetadataUnavailableError) as caught:
+            c.commit("doomed", datasets=repo.graph(f"{s.namespace}.raw"))
+    finally:
+        crashpoints.disarm()
+        assert all(r.health.ok for r in stack.up(s, ["postgres"]))
+    text = str(caught.value)
+    assert "Client.recover()" in text and "unfinished" in text, text
+    with Client(s) as c:
+        c.recover()
+        assert_invariants(c)  # topics, prefixes and objects equal the bank's: 0 strays
+        assert c.physical.topics(f"{s.namespace}.") == set()
