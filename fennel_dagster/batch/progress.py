@@ -34,12 +34,26 @@ class Progress:
                 f"tasks, {self.stage}, {self.elapsed_s:.0f}s{eta}")  # fmt: skip
 
 
-def watch(spark: Any, on_progress: Callable[[Progress], None], started: float) -> threading.Event:
-    """Report Spark's task progress every half second until the returned event is set."""
-    done = threading.Event()
+class Watch:
+    """The reporting thread of ``watch``; ``set()`` stops it after one last report."""
+
+    def __init__(self, loop: Callable[[threading.Event], None]) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=loop, args=(self._done,), daemon=True)
+        self._thread.start()
+
+    def set(self) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+
+def watch(spark: Any, on_progress: Callable[[Progress], None], started: float) -> Watch:
+    """Report Spark's task progress every half second until ``set()``, and once more at the
+    end (all tasks seen done), so even a job faster than the first tick reports."""
     tracker = spark.sparkContext.statusTracker()
 
-    def loop() -> None:
+    def loop(done: threading.Event) -> None:
+        last = Progress("spark", 0, 0, 0.0)
         while not done.wait(0.5):
             stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
             stages = [s for s in stages if s is not None]
@@ -47,7 +61,9 @@ def watch(spark: Any, on_progress: Callable[[Progress], None], started: float) -
                 total = sum(s.numTasks for s in stages)
                 finished = sum(s.numCompletedTasks for s in stages)
                 name = stages[0].name.split(" at ")[0]
-                on_progress(Progress(name, finished, total, time.monotonic() - started))
+                last = Progress(name, finished, total, time.monotonic() - started)
+                on_progress(last)
+        on_progress(Progress(last.stage, last.tasks_total, last.tasks_total,
+                             time.monotonic() - started))  # fmt: skip
 
-    threading.Thread(target=loop, daemon=True).start()
-    return done
+    return Watch(loop)

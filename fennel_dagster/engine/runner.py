@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
-from tenacity import Retrying, retry_if_not_exception_type, stop_when_event_set, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_not_exception_type,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from fennel_dagster.batch.pg_ingest import PostgresPoller
 from fennel_dagster.batch.s3_ingest import S3Poller
@@ -36,7 +42,7 @@ from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import InMessage, Iteration
 from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
-from fennel_dagster.engine.restarts import RestartWatch
+from fennel_dagster.engine.restarts import RestartWatch, transient
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.snapshotting import Snapshotter
 from fennel_dagster.metadata import registry
@@ -257,9 +263,26 @@ def run_forever(
                 runner.run(stop, beat)
 
     watch = RestartWatch(f"job {job.name} partition {partition}")
+    outage: list[str] = []  # the transient fault being waited out, said once
+    began = [time.monotonic()]
+
+    def report(state: RetryCallState) -> None:
+        e = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        if time.monotonic() - began[0] > 30:  # it ran a while: a new outage if any
+            outage.clear()
+        if e is not None and transient(e):
+            if not outage:
+                outage.append(type(e).__name__)
+                log.warning("%s.p%d: %s unreachable (%s); retrying with backoff until it is back",
+                            job.name, partition, _service(e), str(e).strip())  # fmt: skip
+            return
+        outage.clear()
+        log.warning("%s.p%d: runner failed (%s); restarting in %.1fs", job.name, partition, e, wait)
 
     def attempt() -> None:
         watch.started()
+        began[0] = time.monotonic()
         try:
             once()
         except (Fenced, PermanentJobError):
@@ -273,13 +296,7 @@ def run_forever(
         wait=wait_exponential(multiplier=0.5, max=10.0),
         stop=stop_when_event_set(stop),
         sleep=lambda seconds: None if stop.wait(seconds) else None,  # wakes on stop
-        before_sleep=lambda state: log.warning(
-            "%s.p%d: runner failed (%s); restarting in %.1fs",
-            job.name,
-            partition,
-            state.outcome.exception() if state.outcome else None,
-            state.next_action.sleep if state.next_action else 0.0,
-        ),  # fmt: skip
+        before_sleep=report,
         reraise=True,
     )
     try:
@@ -292,3 +309,14 @@ def run_forever(
             registry.record_failure(conn, job.hash, partition, owner, str(e))
         return str(e)
     return None
+
+
+def _service(e: BaseException) -> str:
+    name = type(e).__module__
+    return (
+        "Postgres"
+        if name.startswith("psycopg")
+        else "Kafka"
+        if "kafka" in name
+        else ("S3" if name.startswith("botocore") else "a service")
+    )
