@@ -21,9 +21,9 @@ the engine's lookup semantics.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
@@ -255,7 +255,8 @@ def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFr
         if s.dtype == object and isinstance(base_type(f.dtype), spec.IntType):
             fits &= s.map(lambda v: not isinstance(v, int) or INT64_MIN <= v <= INT64_MAX)
         elif isinstance(base_type(f.dtype), spec.FloatType):  # inf is not stored either
-            fits &= ~s.map(lambda v: isinstance(v, float) and math.isinf(v)).astype(bool)
+            values = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            fits &= ~np.isinf(values)
         out[f.name] = s.astype(object).where(s.notna(), None) if s.dtype != object else s
     frame = pd.DataFrame(out)
     return frame if bool(fits.all()) else frame[fits.to_numpy()].reset_index(drop=True)

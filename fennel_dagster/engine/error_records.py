@@ -34,7 +34,11 @@ def encode_error(err: ErrorRecord, limit: int = ERROR_RECORD_MAX_BYTES) -> bytes
         "payload": base64.b64encode(err.payload).decode(),
         "row": err.row,
     }
-    raw = _dumps(doc)
+    try:
+        raw = _dumps(doc)
+    except RecursionError:  # a parsed row nested about as deep as the parser allows
+        doc.update(row=None, row_dropped=True)
+        raw = _dumps(doc)
     if len(raw) <= limit:
         return raw
     doc.update(row=None, row_dropped=err.row is not None, payload="", payload_truncated=True,

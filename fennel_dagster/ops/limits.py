@@ -25,7 +25,6 @@ DATASET_TOPIC_MAX_BYTES = 2 * 1024 * 1024
 ERROR_TOPIC_MAX_BYTES = 2 * 1024 * 1024
 ERROR_RECORD_MAX_BYTES = 1_000_000
 MAX_TEXT_CHARS = 256 * 1024
-MAX_NESTING = 64  # JSON arrays/objects inside each other
 LOWEST = pd.Timestamp("1677-09-22", tz="UTC")
 HIGHEST = pd.Timestamp("2262-04-11", tz="UTC")
 
@@ -35,7 +34,8 @@ def int_problem(value: int | float) -> str | None:
     if INT64_MIN <= value <= INT64_MAX:
         return None
     return (
-        f"is beyond int64 ({INT64_MIN} … {INT64_MAX}); declare the field float or send it as text"
+        f"is beyond int64 ({INT64_MIN} … {INT64_MAX}); an int field holds int64: declare it "
+        "float if its values (or their Sum) grow this large"
     )
 
 
@@ -85,17 +85,3 @@ def timestamp_problem(value: Any) -> str | None:
         f"is outside the range of timestamps the platform stores ({LOWEST.date()} … "
         f"{HIGHEST.date()}); a wrong unit (ms/µs sent as seconds) or a bad clock?"
     )
-
-
-def nesting(doc: Any) -> int:
-    """How deep JSON arrays/objects nest in ``doc`` (iteratively: no recursion limit)."""
-    deepest, stack = 0, [(doc, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            deepest = max(deepest, d)
-            stack += [(x, d + 1) for x in v.values()]
-        elif isinstance(v, list):
-            deepest = max(deepest, d)
-            stack += [(x, d + 1) for x in v]
-    return deepest

@@ -174,3 +174,12 @@ def test_a_small_error_record_is_kept_whole() -> None:
     doc = decode_error(encode_error(err))
     assert doc["payload"] == b'{"a": 1}' and doc["row"] == {"a": 1}
     assert "payload_truncated" not in doc
+
+
+def test_an_error_record_of_a_row_nested_too_deep_to_encode_drops_the_row() -> None:
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    err = ErrorRecord("Txn", "schema", "why", "raw", 0, 1, b"[[[...]]]", "w", {"x": deep})
+    doc = decode_error(encode_error(err))
+    assert doc["row"] is None and doc["row_dropped"] and doc["payload"] == b"[[[...]]]"
