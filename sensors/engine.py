@@ -9,6 +9,7 @@ stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive`
 """
 
 import logging
+import socket
 import threading
 import time
 from datetime import UTC, datetime
@@ -36,7 +37,9 @@ from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wai
 
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.lookup_server import Followers, serve
+from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
+from fennel_dagster.engine.statedir import drop_unowned
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
@@ -56,19 +59,29 @@ def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> No
     settings = fennel.settings()
     name, partition = keepalive.split_key(context.partition_key)
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
-        found = [j for j in registry.list_jobs(conn) if j.name == name]
+        jobs = registry.list_jobs(conn)
+    found = [j for j in jobs if j.name == name]
     if not found:
         context.log.warning(f"job {name} is no longer in the registry; nothing to run")
         return
     context.log.info(f"running {name} partition {partition}")
     owner = f"run:{context.run_id}"
+    # state lives per host, not per run: a relaunched run finds its RocksDB warm, and no run
+    # leaves a copy behind; state of jobs that left the registry is dropped here
+    home = f"dagster-{socket.gethostname()}"
+    live = {j.name for j in jobs}
+    drop_unowned(settings.state_path / home, lambda j, p: j in live, f"run {context.run_id}")
     stop = threading.Event()
-    serving = serve_lookups(settings, found[0], partition, owner, stop)
+    serving = serve_lookups(settings, found[0], partition, owner, home, stop)
     try:
-        reason = run_forever(settings, found[0], partition, owner, stop)
+        reason = run_forever(settings, found[0], partition, owner, stop, home)
     finally:
         stop.set()
         serving.join(10)
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        if not registry.job_exists(conn, found[0].hash):  # deleted: its state goes with it
+            drop_unowned(settings.state_path / home,
+                         lambda j, p: (j, p) != (name, partition), f"run {context.run_id}")  # fmt: skip
     if reason is not None:
         raise Failure(
             description=f"{name} partition {partition} stopped for good: {reason}",
@@ -77,19 +90,28 @@ def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> No
 
 
 def serve_lookups(
-    settings: Settings, job: registry.JobRow, partition: int, owner: str, stop: threading.Event
+    settings: Settings,
+    job: registry.JobRow,
+    partition: int,
+    owner: str,
+    home: str,
+    stop: threading.Event,
 ) -> threading.Thread:
     """This run's lookup endpoint, registered as an endpoint-only engine (id ``run:...``)."""
-    followers = Followers(lambda j, p: state_path(settings, owner, j.name, p))
+    followers = Followers(lambda j, p: state_path(settings, home, j.name, p))
     server = serve(
         settings.host, 0, lambda h, p: job if (h, p) == (job.hash, partition) else None, followers
     )
     address = f"{settings.host}:{server.server_address[1]}"
 
+    outage = Outage(owner, "Postgres", log)
+
     def heartbeats() -> None:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
             while True:
                 registry.heartbeat_engine(conn, owner, address, settings.engine_lease_s)
+                if (over := outage.end()) is not None:
+                    registry.record_outage(conn, over)
                 if stop.wait(2.0):
                     break
             registry.deregister_engine(conn, owner)
@@ -103,12 +125,9 @@ def serve_lookups(
                 wait=wait_exponential(multiplier=0.5, max=10.0),
                 stop=stop_when_event_set(stop),
                 sleep=lambda seconds: None if stop.wait(seconds) else None,
-                before_sleep=lambda state: (
-                    None
-                    if state.attempt_number > 1
-                    else log.warning(
-                        "lookup endpoint %s: Postgres unreachable; reconnecting", owner
-                    )
+                before_sleep=lambda state: outage.begin(
+                    (state.outcome.exception() if state.outcome else None) or RuntimeError("?"),
+                    "lookup endpoint reconnecting with backoff",
                 ),
                 reraise=True,
             )(heartbeats)

@@ -1,4 +1,5 @@
-"""Stream health as asset observations: rows, errors, lag and newest event per dataset."""
+"""Stream health as asset observations: rows, errors, lag and newest event per dataset, and
+the outages (Postgres unreachable, ...) the engines rode out."""
 
 from dagster import (
     AssetKey,
@@ -12,7 +13,7 @@ from dagster import (
 
 from fennel_dagster.commit import catalog
 from fennel_dagster.engine.health import dataset_health
-from fennel_dagster.metadata.registry import failures, list_jobs
+from fennel_dagster.metadata.registry import failures, list_jobs, recent_outages
 from resources import KafkaResource, MetadataStore
 
 
@@ -26,8 +27,14 @@ def stream_health(
             cats = catalog.load(conn)
             jobs = list_jobs(conn)
             stopped = failures(conn)
+            outages = recent_outages(conn, 24 * 3600)
         except Exception as e:  # noqa: BLE001 - nothing committed yet
             return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
+    # outages the engines rode out: said once each, on every dataset they may have delayed
+    rode_out = "\n".join(
+        f"{o.began_at:%Y-%m-%d %H:%M:%S} {o.process}: {o.service} unreachable {o.seconds:.1f}s"
+        for o in outages[-10:]
+    ) or "none"
     events = []
     for cat in cats:
         if cat.graph is None:
@@ -48,5 +55,6 @@ def stream_health(
                 "last event time": h.last_event or "none",
                 "stopped partitions": len(failed),
                 "stopped because": "\n".join(failed) or "none",
+                "outages ridden out (24 h)": rode_out,
             }))  # fmt: skip
     return SensorResult(asset_events=events) if events else SkipReason("no datasets")

@@ -2,7 +2,8 @@
 
 ``POST /lookup`` with ``{"job": <job hash>, "partition": p, "keys": [{...}],
 "timestamps": [iso...], "fields": [...] | null}`` answers ``{"rows": [...], "found": [...]}``
-from a read-only secondary RocksDB instance that follows the runner's hangar.
+from a read-only secondary RocksDB instance that follows the runner's hangar. ``GET /metrics``
+is this process's Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.lookups import answer
@@ -87,6 +89,13 @@ def serve(
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._reply(200, {"ok": True})
+            elif self.path == "/metrics":
+                data = generate_latest()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             else:
                 self._reply(404, {"error": f"no such endpoint {self.path}"})
 

@@ -222,7 +222,12 @@ class Runner:
 
 
 def run_forever(
-    settings: Settings, job: JobRow, partition: int, owner: str, stop: threading.Event | None = None
+    settings: Settings,
+    job: JobRow,
+    partition: int,
+    owner: str,
+    stop: threading.Event | None = None,
+    home: str | None = None,
 ) -> str | None:
     """A runner with its heartbeat in Postgres, until ``stop`` or the job leaves the registry.
 
@@ -231,7 +236,8 @@ def run_forever(
     identically five times in quick succession is a restart loop (``restarts``). A permanent
     failure stops the partition: its reason is recorded in the registry
     (``registry.failures``) and returned.
-    Returns None after a clean stop or a fencing.
+    Returns None after a clean stop or a fencing. ``home`` names the state directory's
+    owner when it is not the lease owner (Dagster runs: one per host, not one per run).
     """
     stop = stop or threading.Event()
     removed = threading.Event()  # the job left the registry: its prefixes are being destroyed
@@ -256,7 +262,8 @@ def run_forever(
                 spark = spark_session(settings, app=job.name)
                 PostgresPoller(settings, job.spec, spark).run(stop, beat)
             else:
-                runner = Runner(settings, job, partition, owner)
+                state_dir = state_path(settings, home, job.name, partition) if home else None
+                runner = Runner(settings, job, partition, owner, state_dir)
                 runner.keep_state = lambda: (
                     not removed.is_set()
                 )  # no snapshot into a deleted prefix

@@ -16,7 +16,6 @@ import ctypes
 import logging
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -29,7 +28,9 @@ import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from fennel_dagster.engine.lookup_server import Followers, serve
+from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
+from fennel_dagster.engine.statedir import drop_unowned
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -85,7 +86,7 @@ class Supervisor:
     def __post_init__(self) -> None:
         self._ctx = mp.get_context("spawn")
         self._stop = threading.Event()
-        self.degraded_since: float | None = None  # Postgres unreachable since (monotonic)
+        self.outage = Outage(self.engine_id, "Postgres", log)
         self._conn = connect(self.settings, self.settings.pg_schema, autocommit=True)
         migrate(self._conn)
 
@@ -95,10 +96,7 @@ class Supervisor:
         The runners are processes of their own and keep processing meanwhile; this engine's
         lease lapses, so other engines may take its partitions — Kafka fencing keeps that
         safe — and the next poll after reconnecting recomputes what it owns."""
-        if self.degraded_since is None:
-            self.degraded_since = time.monotonic()
-            log.warning("engine %s: Postgres unreachable (%s); runners keep processing, "
-                        "reconnecting with backoff", self.engine_id, str(error).strip())  # fmt: skip
+        self.outage.begin(error, "runners keep processing; reconnecting with backoff")
         with contextlib.suppress(Exception):
             self._conn.close()
         retrying = Retrying(
@@ -158,20 +156,8 @@ class Supervisor:
                 self._start(job, key[1], cur.restarts + 1)
 
     def _drop_state(self, owned: set[tuple[str, int]]) -> None:
-        """Local state of partitions this engine no longer runs (handed over, deleted jobs):
-        the next owner restores from S3, so a copy here would only fill the disk — and a
-        stale one must never meet a job of the same name again."""
-        root = self.settings.state_path / self.engine_id
-        if not root.is_dir():
-            return
-        for job_dir in root.iterdir():
-            for part in job_dir.glob("p*"):
-                if part.name[1:].isdigit() and (job_dir.name, int(part.name[1:])) not in owned:
-                    shutil.rmtree(part, ignore_errors=True)
-                    log.info("engine %s: dropped local state of %s %s (not owned)",
-                             self.engine_id, job_dir.name, part.name)  # fmt: skip
-            if job_dir.is_dir() and not any(job_dir.iterdir()):
-                job_dir.rmdir()
+        drop_unowned(self.settings.state_path / self.engine_id,
+                     lambda job, p: (job, p) in owned, f"engine {self.engine_id}")  # fmt: skip
 
     def _start(self, job: JobRow, partition: int, restarts: int = 0) -> None:
         proc = self._ctx.Process(
@@ -221,10 +207,8 @@ class Supervisor:
             while not self._stop.is_set():
                 try:
                     self.poll()
-                    if self.degraded_since is not None:
-                        log.warning("engine %s: Postgres reachable again after %.1fs",
-                                    self.engine_id, time.monotonic() - self.degraded_since)  # fmt: skip
-                        self.degraded_since = None
+                    if (over := self.outage.end()) is not None:
+                        registry.record_outage(self._conn, over)
                 except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                     self._reconnect(e)
                     continue

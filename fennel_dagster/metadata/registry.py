@@ -6,7 +6,8 @@ commit point); engines, lookups, the client and Dagster only read them, always a
 own heartbeat, which the supervisor and the Dagster engine sensor use to judge liveness. A
 runner that hits a permanent error records it (``record_failure``): supervisors and the
 keep-alive sensor leave that partition stopped, and the reason is shown until the job
-changes (a new commit) or the record is cleared.
+changes (a new commit) or the record is cleared. Outages a process rode out are recorded
+once it is back (``record_outage``), for Dagster to show.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -182,3 +184,29 @@ def rendezvous_owner(job_hash: str, partition: int, engines: list[str]) -> str |
             f"{e}|{job_hash}|{partition}".encode(), digest_size=8
         ).digest(),
     )
+
+
+@dataclass(frozen=True)
+class OutageRow:
+    process: str
+    service: str
+    began_at: datetime
+    seconds: float
+    error: str
+
+
+def record_outage(conn: psycopg.Connection, row: OutageRow) -> None:
+    conn.execute(
+        "INSERT INTO outages (process, service, began_at, seconds, error) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        (row.process, row.service, row.began_at, row.seconds, row.error[:2000]),
+    )
+
+
+def recent_outages(conn: psycopg.Connection, within_s: float) -> list[OutageRow]:
+    rows = conn.execute(
+        "SELECT process, service, began_at, seconds, error FROM outages "
+        "WHERE began_at > now() - make_interval(secs => %s) ORDER BY began_at",
+        (within_s,),
+    ).fetchall()
+    return [OutageRow(p, s, b, float(sec), e) for p, s, b, sec, e in rows]

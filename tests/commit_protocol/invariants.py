@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 from fennel_dagster.client import Client
+from fennel_dagster.engine import statedir
 
 
-def assert_invariants(client: Client) -> None:
+def assert_invariants(client: Client, state_dir: bool = True) -> None:
+    """``state_dir=False``: a test keeps a deleted job's local state on purpose."""
     conn = client.conn
     with conn.transaction():
         referenced = {
@@ -66,6 +68,20 @@ def assert_invariants(client: Client) -> None:
         )
     # the job registry holds exactly the referenced jobs
     assert jobs == {n for n, k in referenced.items() if k == "job"}
+    # and local state exists only for them: engines drop the rest on their next poll (a test
+    # with an engine has a state directory of its own; the default one is shared)
+    if state_dir and client.settings.state_dir is not None:
+        deadline = time.monotonic() + 20
+        while (stale := _stale_state(client, jobs)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not stale, f"local state of jobs not in the registry: {stale[:5]} ({len(stale)})"
+
+
+def _stale_state(client: Client, jobs: set[str]) -> list[str]:
+    root = client.settings.state_path
+    engines = [e for e in root.iterdir() if e.is_dir()] if root.is_dir() else []
+    return [str(path.relative_to(root)) for e in engines
+            for job, _, path in statedir.partitions(e) if job not in jobs]  # fmt: skip
 
 
 def _prefix_specs(client: Client, referenced: dict[str, str]) -> set[str]:

@@ -16,10 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from dagster import DagsterInstance, SensorResult, build_sensor_context
 
 from fennel_dagster import stack
 from fennel_dagster.client import Client
@@ -27,8 +29,10 @@ from fennel_dagster.commit import crashpoints
 from fennel_dagster.commit.protocol import MetadataUnavailableError
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.errors import FennelError
+from fennel_dagster.metadata import registry
+from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
-from fennel_dagster.settings import Settings
+from fennel_dagster.settings import Settings, get_settings
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
@@ -53,7 +57,31 @@ def mock_count(datasets: list[type], ev: pd.DataFrame, at: pd.Timestamp) -> int:
     return int(df.n.fillna(0).sum())
 
 
-def test_the_engine_rides_out_a_postgres_restart(engine_settings: Settings) -> None:
+def _observed_outages(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What the stream-health sensor shows on Spend's Dagster asset about outages."""
+    for k, v in s.as_env().items():
+        monkeypatch.setitem(os.environ, k, v)
+    get_settings.cache_clear()
+    try:
+        from resources import KafkaResource, MetadataStore
+        from sensors.health import stream_health
+
+        with DagsterInstance.ephemeral() as instance:
+            context = build_sensor_context(
+                instance=instance,
+                resources={"metadata": MetadataStore(), "kafka": KafkaResource()},
+            )
+            observed = stream_health(context)
+        assert isinstance(observed, SensorResult)
+        spend = next(e for e in observed.asset_events or [] if e.asset_key.path[-1] == "Spend")
+        return str(spend.metadata["outages ridden out (24 h)"].value)
+    finally:
+        get_settings.cache_clear()
+
+
+def test_the_engine_rides_out_a_postgres_restart(
+    engine_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = engine_settings
     datasets = repo.graph(f"{s.namespace}.raw")
     jobs = commit(s, datasets)
@@ -72,12 +100,20 @@ def test_the_engine_rides_out_a_postgres_restart(engine_settings: Settings) -> N
         stack.down(s, ["postgres"])
         produce_rows(s, pipe.spec.inputs[0].topic, to_records(second), by="uid")
         time.sleep(3)  # the engine notices: its polls fail, it starts reconnecting
-        assert sup.degraded_since is not None
+        assert sup.outage.active
+        assert _metric(sup, "fennel_dependency_unreachable") == 1.0  # alertable while it lasts
         t_up = time.monotonic()
         assert all(r.health.ok for r in stack.up(s, ["postgres"]))
         wait_for(lambda: counted(s, second.ts.max()) == n2, 90, "lookups after the restart")
         resumed_s = time.monotonic() - t_up
-        assert sup.degraded_since is None and t.is_alive()  # no engine restart needed
+        assert not sup.outage.active and t.is_alive()  # no engine restart needed
+        assert _metric(sup, "fennel_dependency_unreachable") == 0.0
+        with connect(s, s.pg_schema, autocommit=True) as conn:
+            told = [o for o in registry.recent_outages(conn, 3600) if o.process == "pg-restart"]
+        assert len(told) == 1 and told[0].service == "Postgres", told  # said once, for Dagster
+        assert 1.0 < told[0].seconds < 120
+        shown = _observed_outages(s, monkeypatch)
+        assert "pg-restart: Postgres unreachable" in shown, shown  # on the Dagster asset
     finally:
         sup.stop()
         t.join(120)
@@ -85,6 +121,16 @@ def test_the_engine_rides_out_a_postgres_restart(engine_settings: Settings) -> N
     mock = mock_run(datasets, both)
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
     print(f"\nlookups resumed {resumed_s:.1f}s after Postgres came back")
+
+
+def _metric(sup: Supervisor, name: str) -> float:
+    """The supervisor's own gauge, read over its endpoint as Prometheus scrapes it."""
+    with urllib.request.urlopen(f"http://{sup.address}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{process="{sup.engine_id}"'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} of {sup.engine_id} not in /metrics:\n{text[:2000]}")
 
 
 def _children(pid: int) -> list[int]:
