@@ -1,5 +1,6 @@
 """Commit sensor: one commit run per pending commit request (cursor = last request id)."""
 
+import psycopg
 from dagster import (
     DefaultSensorStatus,
     RunRequest,
@@ -12,6 +13,7 @@ from dagster import (
 from fennel_dagster.commit import requests
 from fennel_dagster.metadata.migrate import migrate
 from resources import FennelSettings, MetadataStore
+from sensors import unreachable
 
 COMMIT_JOB = "fennel_commit"  # assets/commit_job.py; Definitions binds the name
 
@@ -29,9 +31,12 @@ def commit_requests(
     # the cursor (and run keys) name the metadata schema: the Dagster instance may outlive it
     schema, _, last = (context.cursor or "").rpartition(":")
     after = int(last) if schema == settings.pg_schema and last.isdigit() else 0
-    with metadata.connect(autocommit=True) as conn:
-        migrate(conn)
-        found = requests.pending(conn, after)
+    try:
+        with metadata.connect(autocommit=True) as conn:
+            migrate(conn)
+            found = requests.pending(conn, after)
+    except psycopg.OperationalError as e:
+        return unreachable(e)
     if not found:
         return SkipReason("no new commit requests")
     return SensorResult(

@@ -44,6 +44,7 @@ from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
 from resources import FennelSettings
+from sensors import unreachable
 
 log = logging.getLogger("fennel_dagster.sensors.engine")
 
@@ -171,6 +172,8 @@ def engine_keepalive(
             failed = set(registry.failures(conn))
     except psycopg.errors.UndefinedTable:
         return SkipReason(f"nothing committed yet (no job registry in {settings.pg_schema!r})")
+    except psycopg.OperationalError as e:  # engine runs keep running; their leases lapse
+        return unreachable(e)
     now = time.time()
     records = instance.get_runs(
         filters=RunsFilter(job_name=engine_partition_run.name, statuses=LIVE)

@@ -1,6 +1,7 @@
 """Stream health as asset observations: rows, errors, lag and newest event per dataset, and
 the outages (Postgres unreachable, ...) the engines rode out."""
 
+import psycopg
 from dagster import (
     AssetKey,
     AssetObservation,
@@ -15,6 +16,7 @@ from fennel_dagster.commit import catalog
 from fennel_dagster.engine.health import dataset_health
 from fennel_dagster.metadata.registry import failures, list_jobs, recent_outages
 from resources import KafkaResource, MetadataStore
+from sensors import unreachable
 
 
 @sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
@@ -22,19 +24,24 @@ from resources import KafkaResource, MetadataStore
 def stream_health(
     context: SensorEvaluationContext, metadata: MetadataStore, kafka: KafkaResource
 ) -> SensorResult | SkipReason:
-    with metadata.connect(autocommit=True) as conn:
-        try:
+    try:
+        with metadata.connect(autocommit=True) as conn:
             cats = catalog.load(conn)
             jobs = list_jobs(conn)
             stopped = failures(conn)
             outages = recent_outages(conn, 24 * 3600)
-        except Exception as e:  # noqa: BLE001 - nothing committed yet
-            return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
+    except psycopg.ProgrammingError as e:  # a schema nothing was committed to yet
+        return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
+    except psycopg.OperationalError as e:
+        return unreachable(e)
     # outages the engines rode out: said once each, on every dataset they may have delayed
-    rode_out = "\n".join(
-        f"{o.began_at:%Y-%m-%d %H:%M:%S} {o.process}: {o.service} unreachable {o.seconds:.1f}s"
-        for o in outages[-10:]
-    ) or "none"
+    rode_out = (
+        "\n".join(
+            f"{o.began_at:%Y-%m-%d %H:%M:%S} {o.process}: {o.service} unreachable {o.seconds:.1f}s"
+            for o in outages[-10:]
+        )
+        or "none"
+    )
     events = []
     for cat in cats:
         if cat.graph is None:

@@ -4,6 +4,10 @@ Object keys sort by the replaylog marker the snapshot reflects, so "newest" is t
 under a partition's prefix. An upload is one PUT (multipart for big ones), so a crash during
 upload leaves no partial snapshot visible; older snapshots beyond ``keep`` are deleted only
 after a newer one is stored.
+
+A snapshot racing a delete of its job never outlives it: the bank deletes the prefix's
+marker first and the objects after, and an upload checks the marker after its PUT — gone or
+re-created (another incarnation), the upload withdraws its object (``PrefixReleased``).
 """
 
 from __future__ import annotations
@@ -18,9 +22,14 @@ from pathlib import Path
 from botocore.exceptions import ClientError
 
 from fennel_dagster.engine.faults import maybe_crash
+from fennel_dagster.errors import FennelError
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
+
+
+class PrefixReleased(FennelError):
+    """The job's snapshot prefix was destroyed (or re-created) while a snapshot was uploaded."""
 
 
 class SnapshotStore:
@@ -28,6 +37,7 @@ class SnapshotStore:
         self.settings = settings
         self.bucket = settings.s3_bucket
         self._client = None
+        self._born: dict[str, str] = {}  # job -> the incarnation first seen by this store
         self.local: Path | None = settings.local_object_dir if settings.s3_embedded else None
 
     @property
@@ -42,6 +52,11 @@ class SnapshotStore:
 
     def incarnation(self, job: str) -> str:
         """The id the bank gave the job's snapshot prefix when it created it ("" if none)."""
+        found = self._read_incarnation(job)
+        self._born.setdefault(job, found)
+        return found
+
+    def _read_incarnation(self, job: str) -> str:
         key = f"{self.settings.namespace}/{plan.snapshot_prefix(job)}.fennel-asset"
         try:
             if self.local is not None:
@@ -75,6 +90,7 @@ class SnapshotStore:
 
     def upload(self, job: str, partition: int, marker: int | None, checkpoint: Path) -> str:
         key = f"{self.prefix(job, partition)}{(marker if marker is not None else -1) + 1:020d}-{uuid.uuid4().hex[:8]}.tar"
+        born = self._born[job] if job in self._born else self.incarnation(job)
         with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
             archive = Path(tmp) / "snapshot.tar"
             with tarfile.open(archive, "w") as tar:
@@ -88,7 +104,18 @@ class SnapshotStore:
                 part.rename(dest)
             else:
                 self.client.upload_file(str(archive), self.bucket, key)
+        if born and self._read_incarnation(job) != born:  # released (or re-created) meanwhile
+            self._delete(key)
+            raise PrefixReleased(
+                f"the snapshot prefix of job {job} was released during an upload; withdrew {key}"
+            )
         return key
+
+    def _delete(self, key: str) -> None:
+        if self.local is not None:
+            (self.local / self.bucket / key).unlink(missing_ok=True)
+        else:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
 
     def restore_latest(self, job: str, partition: int, dest: Path) -> str | None:
         """Unpack the newest snapshot into ``dest`` (replaced); None if there is none."""

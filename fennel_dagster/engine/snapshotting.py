@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.snapshots import SnapshotStore
+from fennel_dagster.engine.snapshots import PrefixReleased, SnapshotStore
 
 log = logging.getLogger("fennel_dagster.engine.snapshotting")
 
@@ -86,6 +86,8 @@ class Snapshotter:
                 self.store.upload(self.job, self.partition, marker, ck)
                 self.store.prune(self.job, self.partition, self.keep)
                 self.on_uploaded()
+            except PrefixReleased as e:  # the job is being deleted: no snapshot to keep
+                log.info("%s p%d: %s", self.job, self.partition, e)
             except Exception:  # noqa: BLE001 - the next snapshot retries; state is safe locally
                 log.exception("%s p%d: snapshot upload failed", self.job, self.partition)
             finally:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagster import DagsterInstance, SensorResult, build_sensor_context
+from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from fennel_dagster import stack
 from fennel_dagster.client import Client
@@ -57,8 +57,8 @@ def mock_count(datasets: list[type], ev: pd.DataFrame, at: pd.Timestamp) -> int:
     return int(df.n.fillna(0).sum())
 
 
-def _observed_outages(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
-    """What the stream-health sensor shows on Spend's Dagster asset about outages."""
+def _stream_health(s: Settings, monkeypatch: pytest.MonkeyPatch) -> SensorResult | SkipReason:
+    """One tick of the stream-health sensor, as the Dagster daemon runs it."""
     for k, v in s.as_env().items():
         monkeypatch.setitem(os.environ, k, v)
     get_settings.cache_clear()
@@ -71,12 +71,17 @@ def _observed_outages(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
                 instance=instance,
                 resources={"metadata": MetadataStore(), "kafka": KafkaResource()},
             )
-            observed = stream_health(context)
-        assert isinstance(observed, SensorResult)
-        spend = next(e for e in observed.asset_events or [] if e.asset_key.path[-1] == "Spend")
-        return str(spend.metadata["outages ridden out (24 h)"].value)
+            return stream_health(context)
     finally:
         get_settings.cache_clear()
+
+
+def _observed_outages(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What the stream-health sensor shows on Spend's Dagster asset about outages."""
+    observed = _stream_health(s, monkeypatch)
+    assert isinstance(observed, SensorResult), observed
+    spend = next(e for e in observed.asset_events or [] if e.asset_key.path[-1] == "Spend")
+    return str(spend.metadata["outages ridden out (24 h)"].value)
 
 
 def test_the_engine_rides_out_a_postgres_restart(
@@ -102,6 +107,8 @@ def test_the_engine_rides_out_a_postgres_restart(
         time.sleep(3)  # the engine notices: its polls fail, it starts reconnecting
         assert sup.outage.active
         assert _metric(sup, "fennel_dependency_unreachable") == 1.0  # alertable while it lasts
+        tick = _stream_health(s, monkeypatch)  # a sensor tick: one plain reason, no traceback
+        assert isinstance(tick, SkipReason) and "unreachable" in (tick.skip_message or ""), tick
         t_up = time.monotonic()
         assert all(r.health.ok for r in stack.up(s, ["postgres"]))
         wait_for(lambda: counted(s, second.ts.max()) == n2, 90, "lookups after the restart")

@@ -145,24 +145,26 @@ class PhysicalAssets:
         prefix = self._prefix(bp)
         if self.s.s3_url is None:
             root = self.s.local_object_dir / self.s.s3_bucket
+            (root / self._marker(bp)).unlink(missing_ok=True)  # first, as below
             shutil.rmtree(root / prefix, ignore_errors=True)
-            (root / self._marker(bp)).unlink(missing_ok=True)
             return
 
         client = s3_client(self.s)
         marker = self._marker(bp)
 
         def delete() -> None:
-            # every object, however many (pages of 1,000), and the marker last: a crash
-            # part-way leaves the marker, so the janitor sees the prefix and finishes it
+            # the marker first: a writer that checks it after its PUT (snapshots) withdraws an
+            # object this listing missed; then every object, however many (pages of 1,000).
+            # A crash part-way leaves the asset "destroying" in the bank: the janitor
+            # repeats this, which is idempotent
+            client.delete_object(Bucket=self.s.s3_bucket, Key=marker)
             pages = client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.s.s3_bucket, Prefix=prefix
             )
             for page in pages:
-                keys = [{"Key": o["Key"]} for o in page.get("Contents", []) if o["Key"] != marker]
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                 if keys:
                     client.delete_objects(Bucket=self.s.s3_bucket, Delete={"Objects": keys})
-            client.delete_object(Bucket=self.s.s3_bucket, Key=marker)
 
         retry(f"deleting S3 prefix {prefix}", delete, self.attempts)
 
