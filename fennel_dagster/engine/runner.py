@@ -142,8 +142,10 @@ class Runner:
         consumer = kafka_clients.consumer(self.settings, self.group)
         try:
             consumer.assign(self._recover(hangar, consumer))
-            log.info("runner %s p%d started (recovery %.2fs, replayed %d batches)",
-                     self.job.name, self.partition, self.stats.recovery_s, self.stats.replayed_batches)  # fmt: skip
+            log.info("runner %s p%d started (recovery %.2fs, %s, replayed %d batches)",
+                     self.job.name, self.partition, self.stats.recovery_s,
+                     f"restored {self.stats.restored_snapshot}" if self.stats.restored_snapshot
+                     else "local state", self.stats.replayed_batches)  # fmt: skip
             self._loop(stop, heartbeat, producer, consumer, hangar)
             self.snapshotter.join()
             if self.snapshot_on_stop and self.keep_state():

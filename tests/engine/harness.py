@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -190,3 +193,13 @@ def txn_with_history(s: Settings, ev: pd.DataFrame) -> tuple[list[Any], dict[str
         proc.terminate()
         proc.join(30)
     return datasets, jobs
+
+
+def engine_process(s: Settings, engine_id: str, log: str) -> subprocess.Popen[bytes]:
+    """``fennel-dagster engine`` as an operator starts it: a process of its own (to SIGKILL)."""
+    env = {**os.environ, **s.as_env()}
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fennel_dagster.cli.main", "engine", "--id", engine_id],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip

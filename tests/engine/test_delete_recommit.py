@@ -4,12 +4,15 @@ dir's reach, and committing it again starts it clean — real Kafka, Postgres, S
 Spend (a keyed Count+Sum) runs and snapshots; it is deleted (two commits: marked deleted,
 then dropped) and committed again, identically, so its jobs get the same names. The
 re-created Spend must compute exactly what the MockClient computes from Txn's rows — not
-that plus the deleted incarnation's state — also after a crash and a cold restart.
+that plus the deleted incarnation's state — also after a SIGKILL of the engine and a cold
+restart.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,13 +24,22 @@ from fennel_dagster.settings import Settings
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
-from tests.engine.harness import Fleet, commit, produce_rows, read_topic, wait_for
+from tests.engine.harness import (
+    Fleet,
+    commit,
+    engine_process,
+    produce_rows,
+    read_topic,
+    wait_for,
+)  # fmt: skip
 from tests.engine.test_exactly_once import COLS, check_state, in_order_events
 
 pytestmark = pytest.mark.services
 
 
-def test_a_deleted_dataset_leaves_nothing_and_comes_back_clean(engine_settings: Settings) -> None:
+def test_a_deleted_dataset_leaves_nothing_and_comes_back_clean(
+    engine_settings: Settings, tmp_path: Path
+) -> None:
     s = engine_settings
     raw = f"{s.namespace}.raw"
     datasets = repo.graph(raw)
@@ -68,17 +80,24 @@ def test_a_deleted_dataset_leaves_nothing_and_comes_back_clean(engine_settings: 
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
     check_state(s, "a", pipe2, mock, repo.T0 + pd.Timedelta(hours=4))
 
-    # a crash that loses the local state: the cold restart restores this incarnation's
-    # snapshot (the deleted one's are gone) and counts on from there
-    shutil.rmtree(s.state_path / "a")
-    third = in_order_events(200, 900)
-    produce_rows(s, txn_topic, to_records(third), by="uid")
-    fleet = Fleet(s, owner="a")
-    fleet.start(pipe2)
-    wait_for(lambda: len(read_topic(s, out, 4, timeout=5)) >= 1100, 120, "after the cold restart")
-    runners = fleet.stop()
-    assert all(r.stats.restored_snapshot for r in runners)
+    # the whole engine SIGKILLed mid-stream, its local state lost: the cold restart restores
+    # this incarnation's snapshot (the deleted one's are gone) and counts on, exactly once
+    third = in_order_events(400, 900)
+    log = str(tmp_path / "engine.log")
+    engine = engine_process(s, "a", log)
+    try:
+        produce_rows(s, txn_topic, to_records(third.iloc[:200]), by="uid")
+        wait_for(lambda: len(read_topic(s, out, 4, timeout=5)) >= 1000, 180, "the engine")
+        produce_rows(s, txn_topic, to_records(third.iloc[200:]), by="uid")
+        engine.send_signal(signal.SIGKILL)  # runners die with it (parent-death signal)
+        engine.wait(30)
+        shutil.rmtree(s.state_path / "a")
+        engine = engine_process(s, "a", log)
+        wait_for(lambda: len(read_topic(s, out, 4, timeout=5)) >= 1300, 180, "after the restart")
+    finally:
+        engine.terminate()
+        engine.wait(60)
     mock = mock_run(datasets, pd.concat([both, third], ignore_index=True))
     got = [r for _, _, r in read_topic(s, out, 4)]
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
-    check_state(s, "a", pipe2, mock, repo.T0 + pd.Timedelta(hours=5))
+    assert "restored" in open(log).read(), "the cold restart did not restore a snapshot"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -36,7 +35,7 @@ from fennel_dagster.settings import Settings, get_settings
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
-from tests.engine.harness import commit, produce_rows, read_topic, wait_for
+from tests.engine.harness import commit, engine_process, produce_rows, read_topic, wait_for
 from tests.engine.test_exactly_once import COLS, KEYS, in_order_events
 
 pytestmark = pytest.mark.services
@@ -162,15 +161,6 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _engine(s: Settings, engine_id: str, log: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **s.as_env()}
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "fennel_dagster.cli.main", "engine", "--id", engine_id],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-
 def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     engine_settings: Settings, tmp_path: Path
 ) -> None:
@@ -184,7 +174,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     n1 = mock_count(datasets, first, end)
     n2 = mock_count(datasets, pd.concat([first, second], ignore_index=True), second.ts.max())
     produce_rows(s, pipe.spec.inputs[0].topic, to_records(first), by="uid")
-    engine = _engine(s, "orphans", log)
+    engine = engine_process(s, "orphans", log)
     restarted = None
     try:
         try:
@@ -201,7 +191,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
         engine.send_signal(signal.SIGKILL)
         engine.wait(10)
         wait_for(lambda: not any(_alive(p) for p in runners), 10, "the runners to die")
-        restarted = _engine(s, "orphans", log)  # same id: same state dir, same RocksDB locks
+        restarted = engine_process(s, "orphans", log)  # same id: same state dir, same RocksDB locks
         t0 = time.monotonic()
         produce_rows(s, pipe.spec.inputs[0].topic, to_records(second), by="uid")
         wait_for(lambda: counted(s, second.ts.max()) == n2, 120, "the restarted engine serving")
