@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
+from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
 
@@ -34,6 +35,22 @@ class LogResult:
     accepted: int
     rejected: list[BadRow] = field(default_factory=list)
     errors: list[RowError] = field(default_factory=list)
+
+    @property
+    def status_code(self) -> int:
+        """Fennel's ``log`` answers an HTTP response: 200 when every row was accepted."""
+        return 200 if not self.rejected else 400
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code == 200
+
+    def json(self) -> dict[str, object]:
+        return {
+            "accepted": self.accepted,
+            "rejected": [{"dataset": b.dataset, "reason": b.reason} for b in self.rejected],
+            "errors": len(self.errors),
+        }
 
 
 @runtime_checkable
@@ -63,8 +80,10 @@ class FeatureClient(Protocol):
         self,
         inputs: list[FeatureRef],
         outputs: list[FeatureRef],
-        input_df: pd.DataFrame,
+        input_df: pd.DataFrame | None = None,
         timestamps: pd.Series | None = None,
+        *,
+        input_dataframe: pd.DataFrame | None = None,
     ) -> pd.DataFrame: ...
 
 
@@ -83,3 +102,12 @@ def now_for(keys: pd.DataFrame, timestamps: pd.Series | None) -> pd.Series:
     if timestamps is None:
         return pd.Series([pd.Timestamp.now(tz="UTC")] * len(keys))
     return pd.to_datetime(pd.Series(timestamps), utc=True).reset_index(drop=True)
+
+
+def input_frame(
+    input_df: pd.DataFrame | None, input_dataframe: pd.DataFrame | None
+) -> pd.DataFrame:
+    """The query's input rows, given positionally or as Fennel's ``input_dataframe=``."""
+    if (input_df is None) == (input_dataframe is None):
+        raise QueryError("query needs its input rows once: pass input_dataframe=<DataFrame>")
+    return input_df if input_df is not None else input_dataframe  # type: ignore[return-value]

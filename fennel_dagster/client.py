@@ -23,6 +23,7 @@ from fennel_dagster.api import (
     LogResult,
     dataset_name,
     feature_name,
+    input_frame,
     now_for,
 )
 from fennel_dagster.batch.spark import spark_session
@@ -190,7 +191,9 @@ class Client:
     # ---------------------------------------------------------------- branches
 
     def init_branch(self, name: str) -> None:
+        """Create an empty branch and check it out (as Fennel's client does)."""
         branches.init_branch(self.conn, name)
+        self.branch = name
 
     def clone_branch(self, name: str, from_branch: str | None = None) -> int:
         return branches.clone_branch(self.conn, self.lock_conn, from_branch or self.branch, name)
@@ -272,12 +275,15 @@ class Client:
         self,
         inputs: list[FeatureRef],
         outputs: list[FeatureRef],
-        input_df: pd.DataFrame,
+        input_df: pd.DataFrame | None = None,
         timestamps: pd.Series | None = None,
+        *,
+        input_dataframe: pd.DataFrame | None = None,
     ) -> pd.DataFrame:
         """Features of ``outputs`` for each row of ``input_df`` (columns named by ``inputs``),
         computed by the branch's extractors in this process; their dataset lookups go to the
-        engines like ``lookup``."""
+        engines like ``lookup``. ``input_dataframe=`` is Fennel's name for ``input_df``."""
+        input_df = input_frame(input_df, input_dataframe)
         graph = self.checkout(self.branch)
         if graph is None:
             raise QueryPlanError(f"branch {self.branch!r} has no commit yet; commit first")

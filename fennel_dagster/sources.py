@@ -1,5 +1,6 @@
-"""Sources: ``from fennel_dagster.sources import source, Kafka, S3, Postgres, Webhook``."""
+"""Connectors: ``from fennel_dagster.sources import source, sink, Kafka, S3, Postgres, Webhook``
+(Fennel's ``fennel.connectors``)."""
 
-from fennel_dagster.declare.sources import S3, Kafka, Postgres, Webhook, source
+from fennel_dagster.declare.sources import S3, Kafka, Postgres, Webhook, sink, source
 
-__all__ = ["S3", "Kafka", "Postgres", "Webhook", "source"]
+__all__ = ["S3", "Kafka", "Postgres", "Webhook", "sink", "source"]

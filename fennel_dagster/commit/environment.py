@@ -32,6 +32,7 @@ def select_env(commit: spec.CommitSpec) -> spec.CommitSpec:
         replace(
             ds,
             sources=tuple(s for s in ds.sources if selected(s.env, env)),
+            sinks=tuple(s for s in ds.sinks if selected(s.env, env)),
             pipelines=tuple(p for p in ds.pipelines if selected(p.env, env)),
         )
         for ds in commit.datasets

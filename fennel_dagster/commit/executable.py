@@ -3,7 +3,8 @@
 - ``engine_shapes`` (definition server and mock alike): pipeline shapes the engine cannot
   cut into stages (``commit.stages``).
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
-  logged to it directly): sources the streaming engine has no reader for.
+  logged to it directly): sources the streaming engine has no reader for, and sinks, which
+  the platform does not write yet.
 """
 
 from __future__ import annotations
@@ -50,4 +51,15 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
                                     f"use {c.name}.table('<table>', cursor='<column>')")  # fmt: skip
 
 
-PLATFORM_RULES = (engine_connectors,)
+def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    for ds in g.datasets.values():
+        for out in ds.sinks:
+            c = out.connector
+            yield Violation(ds.name, f"sink {c.kind}({c.name})",
+                "the platform does not write sinks yet (the mock client accepts them and, like "
+                "Fennel's, writes nothing)",
+                "read the dataset's own Kafka topic or its offline Delta table instead, or "
+                "select this sink out with env=")  # fmt: skip
+
+
+PLATFORM_RULES = (engine_connectors, sinks)

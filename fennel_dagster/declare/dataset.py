@@ -41,6 +41,17 @@ class Field:
     def qualified(self) -> str:
         return f"{self.dataset}.{self.name}"
 
+    def meta(
+        self,
+        owner: str = "",
+        description: str = "",
+        tags: list[str] | None = None,
+        deleted: bool = False,
+    ) -> Field:
+        """Fennel's ``field().meta(description=...)``: the description is kept (a field has no
+        owner or tags of its own here; they are the dataset's)."""
+        return dataclasses.replace(self, description=description or self.description)
+
 
 def field(key: bool = False, timestamp: bool = False, description: str = "") -> Any:
     return Field(key=key, timestamp=timestamp, description=description)
@@ -230,7 +241,8 @@ def dataset_spec(ds: Any) -> spec.DatasetSpec:
     if base is None:
         raise DeclarationError(f"{ds!r} is not a @dataset class")
     sources = tuple(getattr(ds, "__fennel_sources__", ()))
+    sinks = tuple(getattr(ds, "__fennel_sinks__", ()))
     meta = meta_of(ds, base.meta.description)
-    if sources != base.sources or meta != base.meta:
-        base = dataclasses.replace(base, sources=sources, meta=meta)
+    if sources != base.sources or meta != base.meta or sinks != base.sinks:
+        base = dataclasses.replace(base, sources=sources, meta=meta, sinks=sinks)
     return base

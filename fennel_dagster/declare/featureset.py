@@ -34,6 +34,17 @@ class Feature:
     def fqn(self) -> str:
         return f"{self.featureset}.{self.name}"
 
+    def meta(
+        self,
+        owner: str = "",
+        description: str = "",
+        tags: list[str] | None = None,
+        deleted: bool = False,
+    ) -> Feature:
+        """Fennel's ``feature(...).meta(description=...)``: the description is kept (owner and
+        tags are the featureset's)."""
+        return dataclasses.replace(self, description=description or self.description)
+
     def __str__(self) -> str:
         return self.fqn()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -23,11 +24,19 @@ def meta(
     return mark
 
 
+def module_owner(obj: Any) -> str:
+    """Fennel's module-level default: ``__owner__ = "team@example.com"`` in the declaring
+    module owns every dataset and featureset there without an ``@meta(owner=)``."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    owner = getattr(module, "__owner__", "") if module is not None else ""
+    return owner if isinstance(owner, str) else ""
+
+
 def meta_of(obj: Any, default_description: str = "") -> spec.MetaSpec:
     target = getattr(obj, "__func__", obj)
     found: spec.MetaSpec | None = getattr(target, "__fennel_meta__", None)
     if found is None:
-        return spec.MetaSpec(description=default_description)
-    if not found.description and default_description:
-        return spec.MetaSpec(found.owner, default_description, found.tags, found.deleted)
-    return found
+        found = spec.MetaSpec()
+    owner = found.owner or module_owner(target)
+    description = found.description or default_description
+    return spec.MetaSpec(owner, description, found.tags, found.deleted)

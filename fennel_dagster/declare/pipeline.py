@@ -152,8 +152,11 @@ class Node:
     def explode(self, *columns: Any) -> Node:
         return self._b.add(spec.ExplodeNode(self._b.next_id(), self.id, _names(columns, "")))
 
-    def drop(self, *columns: Any) -> Node:
-        return self._b.add(spec.DropNode(self._b.next_id(), self.id, _names(columns, "")))
+    def drop(self, *names: Any, columns: Any = None) -> Node:
+        """``drop("a", "b")`` or Fennel's ``drop(columns=["a", "b"])``."""
+        if columns is not None:
+            names = (*names, *([columns] if isinstance(columns, str) else columns))
+        return self._b.add(spec.DropNode(self._b.next_id(), self.id, _names(names, "")))
 
     def dropnull(self, *columns: Any) -> Node:
         return self._b.add(spec.DropNullNode(self._b.next_id(), self.id, _names(columns, "")))

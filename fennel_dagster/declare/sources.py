@@ -41,7 +41,17 @@ class Connector:
         return spec.ConnectorSpec(kind=self.kind, name=self.name, config=_pairs(self.config))  # type: ignore[arg-type]
 
 
-class Kafka:
+class _Connection:
+    name: str
+
+    @classmethod
+    def get(cls, name: str) -> Any:
+        """Fennel's reference to a connection configured outside the code, by name alone:
+        the deployment maps the name to its settings and credentials."""
+        return cls(name=name)  # type: ignore[call-arg]
+
+
+class Kafka(_Connection):
     def __init__(self, name: str, bootstrap_servers: str = "", **options: Any) -> None:
         self.name, self.bootstrap_servers, self.options = name, bootstrap_servers, options
 
@@ -54,7 +64,7 @@ class Kafka:
         return Connector("kafka", self.name, {**self.options, **cfg})
 
 
-class S3:
+class S3(_Connection):
     def __init__(self, name: str, **options: Any) -> None:
         self.name, self.options = name, options
 
@@ -75,7 +85,7 @@ class S3:
         return Connector("s3", self.name, {**self.options, **cfg})
 
 
-class Postgres:
+class Postgres(_Connection):
     def __init__(
         self, name: str, host: str = "", db_name: str = "", port: int = 5432, **options: Any
     ) -> None:
@@ -88,7 +98,7 @@ class Postgres:
         )
 
 
-class Webhook:
+class Webhook(_Connection):
     def __init__(self, name: str, retention: str = "7d") -> None:
         self.name, self.retention = name, duration(retention, f"Webhook {name} retention")
 
@@ -163,6 +173,66 @@ def source(
         )
         existing = list(getattr(cls, "__fennel_sources__", ()))
         cls.__fennel_sources__ = (*existing, src)  # type: ignore[attr-defined]
+        return cls
+
+    return attach
+
+
+_SINK_KINDS = ("kafka", "s3")
+
+
+def sink(
+    conn: Connector,
+    cdc: str | None = None,
+    every: str | None = None,
+    how: str | None = None,
+    renames: dict[str, str] | None = None,
+    since: dt.datetime | str | None = None,
+    until: dt.datetime | str | None = None,
+    env: str | list[str] | None = None,
+) -> Callable[[T], T]:
+    """Write a dataset's changes out to a connector (Fennel's ``@sink``, with its rules: Kafka
+    takes ``cdc="debezium"`` JSON, incrementally; S3 takes Delta, incrementally). The mock
+    client, like Fennel's, writes nothing; the platform refuses a commit with a sink it
+    cannot run yet (``commit.executable``) rather than dropping it silently."""
+    if not isinstance(conn, Connector):
+        raise DeclarationError(
+            f"@sink needs a connector reference such as Kafka(...).topic('t'), got {conn!r}"
+        )
+    where = f"@sink({conn.kind}({conn.name}))"
+    if conn.kind not in _SINK_KINDS:
+        raise DeclarationError(f"{where}: sinks write to Kafka or S3, not {conn.kind}")
+    fmt = conn.config.get("format")
+    if conn.kind == "kafka":
+        for bad, why in ((cdc != "debezium", f"takes cdc='debezium', not {cdc!r}"),
+                         (fmt != "json", f"writes JSON, not {fmt!r}"),
+                         (every is not None, "takes no every= (it is continuous)"),
+                         (how not in (None, "incremental"), "is incremental only"),
+                         (bool(renames), "takes no renames"),
+                         (since is not None or until is not None, "takes no since/until")):  # fmt: skip
+            if bad:
+                raise DeclarationError(f"{where}: a Kafka sink {why}")
+    else:
+        for bad, why in ((cdc is not None, "takes no cdc"),
+                         (fmt != "delta", f"writes Delta (format='delta'), not {fmt!r}"),
+                         (how != "incremental", "needs how='incremental'")):  # fmt: skip
+            if bad:
+                raise DeclarationError(f"{where}: an S3 sink {why}")
+
+    def attach(cls: T) -> T:
+        name = getattr(cls, "__name__", "?")
+        out = spec.SinkSpec(
+            connector=conn.to_ir(),
+            cdc=cdc,
+            every=duration(every, f"{name} @sink every") if every else None,
+            how=how,
+            renames=tuple(sorted((renames or {}).items())),
+            since=_instant(since, f"{name} @sink since"),
+            until=_instant(until, f"{name} @sink until"),
+            env=tuple(sorted([env] if isinstance(env, str) else (env or []))),
+        )
+        existing = list(getattr(cls, "__fennel_sinks__", ()))
+        cls.__fennel_sinks__ = (*existing, out)  # type: ignore[attr-defined]
         return cls
 
     return attach

@@ -7,6 +7,7 @@ runs, with an in-memory hangar (``MemoryState``) instead of RocksDB.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +22,7 @@ from fennel_dagster.api import (
     LogResult,
     dataset_name,
     feature_name,
+    input_frame,
     now_for,
 )
 from fennel_dagster.commit.compiler import dataset_hashes, terminal_aggregate
@@ -46,8 +48,17 @@ class MockError(ClientError, ValueError):
     """A request the mock client cannot serve (unknown dataset, bad rows, ...)."""
 
 
+MAIN_BRANCH = "main"
+_BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_serving", "commits")
+
+
 class MockClient:
     def __init__(self) -> None:
+        self.branch = MAIN_BRANCH
+        self._branches: dict[str, dict[str, Any]] = {}
+        self._fresh()
+
+    def _fresh(self) -> None:
         self.state = MemoryState()
         self.datasets: dict[str, spec.DatasetSpec] = {}
         self.featuresets: dict[str, spec.FeaturesetSpec] = {}
@@ -55,6 +66,63 @@ class MockClient:
         self._executors: dict[str, list[PipelineExecutor]] = {}
         self._serving: dict[str, plan.AggregateServing] = {}
         self.commits: list[spec.CommitSpec] = []
+
+    # ------------------------------------------------------------------ branches
+    # Fennel's: each branch has its own definitions and data; init and clone check the new
+    # branch out; a clone copies both
+
+    def _park(self) -> None:
+        self._branches[self.branch] = {a: getattr(self, a) for a in _BRANCH_STATE}
+
+    def list_branches(self) -> list[str]:
+        self._park()
+        return list(self._branches)
+
+    def init_branch(self, name: str) -> None:
+        if name in self.list_branches():
+            raise MockError(f"branch {name!r} already exists: checkout({name!r}) to use it")
+        self.branch = name
+        self._fresh()
+        self._park()
+
+    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
+        source = from_branch or self.branch
+        known = self.list_branches()
+        if name in known:
+            raise MockError(f"branch {name!r} already exists: pick another name")
+        if source not in known:
+            raise MockError(f"branch {source!r} does not exist (branches: {', '.join(known)})")
+        copied = copy.deepcopy(self._branches[source])
+        self.branch = name
+        for a, v in copied.items():
+            setattr(self, a, v)
+        self._park()
+
+    def checkout(self, name: str, init: bool = False) -> None:
+        known = self.list_branches()
+        if name not in known:
+            if not init:
+                raise MockError(
+                    f"branch {name!r} does not exist: init_branch({name!r}) or "
+                    f"checkout({name!r}, init=True) creates it"
+                )
+            self.init_branch(name)
+            return
+        self.branch = name
+        for a, v in self._branches[name].items():
+            setattr(self, a, v)
+
+    def delete_branch(self, name: str) -> None:
+        known = self.list_branches()
+        if name == MAIN_BRANCH:
+            raise MockError("the main branch cannot be deleted")
+        if name not in known:
+            raise MockError(f"branch {name!r} does not exist (branches: {', '.join(known)})")
+        del self._branches[name]
+        if self.branch == name:
+            self.branch = MAIN_BRANCH
+            for a, v in self._branches[MAIN_BRANCH].items():
+                setattr(self, a, v)
 
     # ------------------------------------------------------------------ commit
 
@@ -238,9 +306,17 @@ class MockClient:
         self,
         inputs: list[FeatureRef],
         outputs: list[FeatureRef],
-        input_df: pd.DataFrame,
+        input_df: pd.DataFrame | None = None,
         timestamps: pd.Series | None = None,
+        *,
+        input_dataframe: pd.DataFrame | None = None,
+        log: bool = False,
+        workflow: str | None = None,
+        sampling_rate: float | None = None,
     ) -> pd.DataFrame:
+        """Fennel's ``query(inputs, outputs, input_dataframe=...)`` (``log``, ``workflow`` and
+        ``sampling_rate`` are accepted; the mock logs no features)."""
+        input_df = input_frame(input_df, input_dataframe)
         ins = [feature_name(i) for i in inputs]
         qplan = plan_query(list(self.featuresets.values()), ins, [feature_name(o) for o in outputs])
         executor = QueryExecutor(list(self.featuresets.values()), self.datasets, self._lookup)

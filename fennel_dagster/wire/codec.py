@@ -32,7 +32,10 @@ def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {"@": type(value).__name__}
         for f in dataclasses.fields(value):
-            out[f.name] = to_jsonable(getattr(value, f.name))
+            v = getattr(value, f.name)
+            if f.metadata == spec.OMITTED_WHEN_DEFAULT and v == f.default:
+                continue
+            out[f.name] = to_jsonable(v)
         return out
     if isinstance(value, tuple | list):
         return [to_jsonable(v) for v in value]

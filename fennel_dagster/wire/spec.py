@@ -460,6 +460,25 @@ class SourceSpec:
     max_future: int = 24 * 3600
 
 
+OMITTED_WHEN_DEFAULT = {"wire": "omitted when default"}
+"""Field metadata: a field added after blueprints were hashed is left out of the encoding
+while it holds its default, so adding it changes no existing physical name."""
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """``@sink(conn, ...)``: a dataset's changes written out to a connector (Fennel's)."""
+
+    connector: ConnectorSpec
+    cdc: str | None = None
+    every: int | None = None
+    how: str | None = None
+    renames: tuple[tuple[str, str], ...] = ()
+    since: str | None = None
+    until: str | None = None
+    env: tuple[str, ...] = ()
+
+
 # --------------------------------------------------------------------------- expectations
 
 
@@ -494,6 +513,7 @@ class DatasetSpec:
     pipelines: tuple[PipelineSpec, ...] = ()
     expectations: ExpectationsSpec | None = None
     terminal: bool = False  # produced by a continuous-window aggregate (cannot feed pipelines)
+    sinks: tuple[SinkSpec, ...] = field(default=(), metadata=OMITTED_WHEN_DEFAULT)
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -112,12 +112,54 @@ def _literal(name: str, value: object, owner: str) -> str:
     return f"{name} = {text}"
 
 
-def _captured_values(fn: Any) -> list[str]:
+def _importable(value: Any) -> tuple[str, str] | None:
+    """(module, name) that imports ``value`` back, for module-level classes and functions."""
+    module, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qual, str) or "." in qual:
+        return None
+    if (
+        module in ("__main__", "builtins")
+        or getattr(sys.modules.get(module), qual, None) is not value
+    ):
+        return None
+    return module, qual
+
+
+def _closure_binding(name: str, value: Any, owner: str, seen: set[int]) -> list[str]:
+    """How a value the function reads from an enclosing function is rebuilt where it runs:
+    declarations (and imports) local to a test function are as shippable as module-level ones."""
+    if inspect.ismodule(value):
+        alias = "" if name == value.__name__ else f" as {name}"
+        return [f"import {value.__name__}{alias}"]
+    entity = getattr(value, "__fennel_dataset_name__", None) or getattr(
+        value, "__fennel_featureset_name__", None
+    )
+    if isinstance(entity, str):
+        # a dataset or featureset: the executor seeds a handle under its name
+        return [] if entity == name else [f"{name} = {entity}"]
+    found = _importable(value)
+    if found is not None:
+        module, qual = found
+        return [f"from {module} import {qual}" + ("" if qual == name else f" as {name}")]
+    if inspect.isfunction(value) and value.__name__ != "<lambda>" and id(value) not in seen:
+        seen.add(id(value))  # a helper defined in the enclosing function: ship its source
+        helper = capture(value)
+        lines = [*_captured_values(value, seen), helper.source]
+        return lines if value.__name__ == name else [*lines, f"{name} = {value.__name__}"]
+    return [_literal(name, value, owner)]
+
+
+def _captured_values(fn: Any, seen: set[int] | None = None) -> list[str]:
     """Closure variables and module constants the function reads, as assignments."""
     owner = fn.__qualname__
+    seen = seen if seen is not None else {id(fn)}
     lines = []
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-        lines.append(_literal(name, cell.cell_contents, owner))
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell: a name the enclosing function binds later
+            continue
+        lines.extend(_closure_binding(name, value, owner, seen))
     module_globals = fn.__globals__
     for name in sorted(_referenced_names(fn.__code__)):
         value = module_globals.get(name, _ABSENT)
