@@ -84,6 +84,9 @@ class FeatureClient(Protocol):
         timestamps: pd.Series | None = None,
         *,
         input_dataframe: pd.DataFrame | None = None,
+        log: bool = False,
+        workflow: str | None = None,
+        sampling_rate: float | None = None,
     ) -> pd.DataFrame: ...
 
 
@@ -111,3 +114,13 @@ def input_frame(
     if (input_df is None) == (input_dataframe is None):
         raise QueryError("query needs its input rows once: pass input_dataframe=<DataFrame>")
     return input_df if input_df is not None else input_dataframe  # type: ignore[return-value]
+
+
+def refuse_feature_log(log: bool, workflow: str | None, sampling_rate: float | None) -> None:
+    """Fennel's ``query(log=True, workflow=, sampling_rate=)`` logs the computed features;
+    neither client does that yet, so asking for it is an error, not a silent no-op."""
+    if log or workflow is not None or sampling_rate is not None:
+        raise QueryError(
+            "query(log=True, workflow=..., sampling_rate=...) logs features, which this "
+            "platform does not do yet: drop those arguments"
+        )

@@ -25,6 +25,7 @@ from fennel_dagster.api import (
     feature_name,
     input_frame,
     now_for,
+    refuse_feature_log,
 )
 from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.commit import bank, branches, janitor, protocol, requests
@@ -279,10 +280,14 @@ class Client:
         timestamps: pd.Series | None = None,
         *,
         input_dataframe: pd.DataFrame | None = None,
+        log: bool = False,
+        workflow: str | None = None,
+        sampling_rate: float | None = None,
     ) -> pd.DataFrame:
         """Features of ``outputs`` for each row of ``input_df`` (columns named by ``inputs``),
         computed by the branch's extractors in this process; their dataset lookups go to the
         engines like ``lookup``. ``input_dataframe=`` is Fennel's name for ``input_df``."""
+        refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
         graph = self.checkout(self.branch)
         if graph is None:

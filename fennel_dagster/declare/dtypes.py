@@ -53,10 +53,15 @@ class regex:  # noqa: N801
     pattern: str
 
 
+_STRUCTS: dict[str, type] = {}  # struct name -> class, for ``python_type``
+
+
 def struct(cls: type) -> type:
     """Mark a class of annotated fields as a struct type usable in dataset fields."""
     cls.__fennel_struct__ = True  # type: ignore[attr-defined]
-    return dataclasses.dataclass(cls)
+    out: type = dataclasses.dataclass(cls)
+    _STRUCTS[cls.__name__] = out
+    return out
 
 
 _SIMPLE: dict[Any, spec.DType] = {
@@ -112,6 +117,32 @@ def to_dtype(tp: Any, where: str) -> spec.DType:
         f"{where}: unsupported type {tp!r}; use int, float, bool, str, bytes, datetime, date, "
         "Decimal[n], Embedding[n], Optional/List/Dict of those, a @struct, between, oneof or regex"
     )
+
+
+def python_type(t: spec.DType) -> Any:
+    """The annotation a user writes for ``t`` (the inverse of ``to_dtype``), as Fennel's
+    ``Expr.typeof`` answers it: ``int``, ``Optional[float]``, ``List[str]``, a struct class."""
+    match t:
+        case spec.OptionalType(inner):
+            return typing.Optional[python_type(inner)]  # noqa: UP045 - Fennel compares so
+        case spec.ListType(inner):
+            return typing.List[python_type(inner)]  # type: ignore[misc]  # noqa: UP006
+        case spec.MapType(value):
+            return typing.Dict[str, python_type(value)]  # type: ignore[misc]  # noqa: UP006
+        case spec.StructType(name, _):
+            return _STRUCTS.get(name, dict)
+        case spec.DecimalType(scale):
+            return Decimal(scale)
+        case spec.EmbeddingType(dim):
+            return Embedding(dim)
+        case spec.BetweenType() | spec.OneOfType():
+            return python_type(t.of)
+        case spec.RegexType():
+            return str
+    for py, dtype in _SIMPLE.items():
+        if dtype == t:
+            return py
+    raise TypeError(f"no Python type for {t!r}")
 
 
 def is_optional(t: spec.DType) -> bool:

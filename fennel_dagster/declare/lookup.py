@@ -2,7 +2,9 @@
 
 An executor (the mock client, a query server) installs a provider for the duration of an
 extractor run; the same provider serves the live class (``UserSpend.lookup``) and the
-handles seeded into shipped code (``DatasetHandle``).
+handles seeded into shipped code (``DatasetHandle``). Outside any run, a test's
+``UserSpend.lookup(ts, uid=...)`` is answered, as in Fennel, by the mock client that
+committed last (``serve_outside_runs``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,17 @@ _provider: contextvars.ContextVar[LookupProvider | None] = contextvars.ContextVa
 )
 
 
+_outside_runs: LookupProvider | None = None
+
+
 class LookupOutsideExtractorError(QueryError, RuntimeError):
     pass
+
+
+def serve_outside_runs(provider: LookupProvider) -> None:
+    """The mock client that committed last answers lookups made outside extractor runs."""
+    global _outside_runs
+    _outside_runs = provider
 
 
 @contextlib.contextmanager
@@ -41,11 +52,12 @@ def lookups_served_by(provider: LookupProvider) -> Iterator[None]:
 def lookup(
     dataset: str, ts: pd.Series, fields: list[str] | None = None, **keys: Any
 ) -> tuple[pd.DataFrame, pd.Series]:
-    provider = _provider.get()
+    provider = _provider.get() or _outside_runs
     if provider is None:
         raise LookupOutsideExtractorError(
             f"{dataset}.lookup called outside an extractor run: lookups are answered by the "
-            "executor running the extractor (MockClient.query or a query server)"
+            "executor running the extractor (MockClient.query or a query server), or in a "
+            "test by the MockClient that committed it"
         )
     keys_df = pd.DataFrame({k: pd.Series(v).reset_index(drop=True) for k, v in keys.items()})
     return provider(dataset, pd.Series(ts).reset_index(drop=True), keys_df, fields)

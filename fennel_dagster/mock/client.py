@@ -24,6 +24,7 @@ from fennel_dagster.api import (
     feature_name,
     input_frame,
     now_for,
+    refuse_feature_log,
 )
 from fennel_dagster.commit.compiler import dataset_hashes, terminal_aggregate
 from fennel_dagster.commit.environment import select_env
@@ -31,6 +32,7 @@ from fennel_dagster.commit.errors import CommitRejected, raise_for_backfill
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
@@ -170,6 +172,7 @@ class MockClient:
         self.commits.append(commit)
         for ex in new:
             self._backfill(ex)
+        serve_outside_runs(self._lookup)  # Fennel's tests call Dataset.lookup directly
         return commit
 
     def _new_pipelines(self, commit: spec.CommitSpec) -> list[str]:
@@ -314,8 +317,8 @@ class MockClient:
         workflow: str | None = None,
         sampling_rate: float | None = None,
     ) -> pd.DataFrame:
-        """Fennel's ``query(inputs, outputs, input_dataframe=...)`` (``log``, ``workflow`` and
-        ``sampling_rate`` are accepted; the mock logs no features)."""
+        """Fennel's ``query(inputs, outputs, input_dataframe=...)``."""
+        refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
         ins = [feature_name(i) for i in inputs]
         qplan = plan_query(list(self.featuresets.values()), ins, [feature_name(o) for o in outputs])

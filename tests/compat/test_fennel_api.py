@@ -1,0 +1,210 @@
+"""Fennel's API as its documentation uses it, on the MockClient (our own tests of each class
+of difference the docs-examples run found; see docs/compat.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Optional
+
+import pandas as pd
+import pytest
+
+from fennel_dagster import dataset, feature, featureset, field, inputs, pipeline
+from fennel_dagster.commit.executable import PLATFORM_RULES
+from fennel_dagster.commit.validate import validate
+from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.errors import QueryError
+from fennel_dagster.expr import InvalidExprException, col, lit, when
+from fennel_dagster.mock import MockClient
+from fennel_dagster.mock.client import MockError
+from fennel_dagster.sources import S3, Kafka, Postgres, Webhook, sink, source
+
+__owner__ = "compat@example.com"  # Fennel's module-level owner: no @meta needed below
+
+WEBHOOK = Webhook(name="fennel_webhook")
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _events() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"uid": [1, 2, 1], "amount": [10, 20, 5],
+         "ts": [T0, T0, T0 + pd.Timedelta(hours=1)]}
+    )  # fmt: skip
+
+
+def test_declarations_inside_a_function_with_local_imports_commit_and_run() -> None:
+    from fennel_dagster.aggregate import Count, Sum  # local imports, as Fennel's docs do
+    from fennel_dagster.window import Continuous
+
+    scale = 3  # a local constant and a local helper the lambda reads
+
+    def triple(x: pd.Series) -> pd.Series:
+        return x * scale
+
+    @source(WEBHOOK.endpoint("Txn"), disorder="14d", cdc="append")
+    @dataset
+    class Txn:
+        uid: int
+        amount: int
+        ts: datetime
+
+    @dataset(index=True)
+    class Spend:
+        uid: int = field(key=True)
+        n: int
+        total: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Txn)
+        def agg(cls, txn):  # type: ignore[no-untyped-def]
+            return (
+                txn.assign("amount", int, lambda df: triple(df["amount"]))
+                .groupby("uid")
+                .aggregate(n=Count(window=Continuous("forever")),
+                           total=Sum(of="amount", window=Continuous("forever")))
+            )  # fmt: skip
+
+    client = MockClient()
+    client.commit("v1", datasets=[Txn, Spend])  # owned by __owner__, shipped with its closure
+    assert client.log("fennel_webhook", "Txn", _events()).status_code == 200
+    # Fennel's tests look datasets up directly, outside any extractor
+    df, found = Spend.lookup(pd.Series([T0 + pd.Timedelta(hours=2)] * 2), uid=pd.Series([1, 2]))
+    assert found.tolist() == [True, True]
+    assert df["total"].tolist() == [45, 60] and df["n"].tolist() == [2, 1]
+
+
+def test_owner_comes_from_the_module_and_meta_overrides_it() -> None:
+    @dataset
+    class Plain:
+        uid: int
+        ts: datetime
+
+    spec = commit_spec("m", [Plain])
+    assert spec.datasets[0].meta.owner == "compat@example.com"
+
+
+def test_mock_branches_keep_their_own_definitions_and_data() -> None:
+    @source(WEBHOOK.endpoint("B"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class B:
+        uid: int = field(key=True)
+        v: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("main", datasets=[B])
+    client.log("fennel_webhook", "B", pd.DataFrame({"uid": [1], "v": [1], "ts": [T0]}))
+    client.clone_branch("exp")  # a copy, checked out
+    later = T0 + pd.Timedelta(hours=1)
+    client.log("fennel_webhook", "B", pd.DataFrame({"uid": [1], "v": [2], "ts": [later]}))
+    assert client.branch == "exp" and sorted(client.list_branches()) == ["exp", "main"]
+    keys = pd.DataFrame({"uid": [1]})
+    assert client.lookup(B, keys)[0]["v"].tolist() == [2]
+    client.checkout("main")
+    assert client.lookup(B, keys)[0]["v"].tolist() == [1]
+    client.init_branch("empty")  # checked out, nothing committed
+    with pytest.raises(MockError, match="not committed"):
+        client.lookup(B, keys)
+    with pytest.raises(MockError, match="already exists"):
+        client.init_branch("exp")
+    with pytest.raises(MockError, match="cannot be deleted"):
+        client.delete_branch("main")
+    client.delete_branch("empty")
+    assert client.branch == "main" and sorted(client.list_branches()) == ["exp", "main"]
+    with pytest.raises(MockError, match="does not exist"):
+        client.checkout("nope")
+    client.checkout("new", init=True)
+    assert client.branch == "new"
+
+
+def test_query_takes_input_dataframe_and_features_take_meta() -> None:
+    @featureset
+    class Numbers:
+        num: int
+        double: int = feature(col("num") * 2).meta(description="twice the number")
+
+    client = MockClient()
+    client.commit("fs", featuresets=[Numbers])
+    out = client.query(inputs=[Numbers.num], outputs=[Numbers.double],
+                       input_dataframe=pd.DataFrame({"Numbers.num": [1, 2]}))  # fmt: skip
+    assert out["Numbers.double"].tolist() == [2, 4]
+    assert commit_spec("m", [], [Numbers]).featuresets[0].features[1].description == (
+        "twice the number"
+    )
+    with pytest.raises(QueryError, match="input rows once"):
+        client.query([Numbers.num], [Numbers.double])
+    with pytest.raises(QueryError, match="logs features"):
+        client.query([Numbers.num], [Numbers.double], input_dataframe=pd.DataFrame(
+            {"Numbers.num": [1]}), log=True)  # fmt: skip
+
+
+def test_field_meta_and_drop_columns() -> None:
+    @dataset
+    class Wide:
+        uid: int = field(key=True).meta(description="the user")
+        a: int
+        b: int
+        ts: datetime
+
+    @dataset
+    class Narrow:
+        uid: int = field(key=True)
+        ts: datetime
+
+        @pipeline
+        @inputs(Wide)
+        def slim(cls, wide):  # type: ignore[no-untyped-def]
+            return wide.drop(columns=["a", "b"])
+
+    spec = {d.name: d for d in commit_spec("m", [Wide, Narrow]).datasets}
+    assert spec["Wide"].fields[0].description == "the user"
+    assert [f.name for f in spec["Narrow"].fields] == ["uid", "ts"]
+
+
+def test_connections_by_name_alone() -> None:
+    assert Postgres.get(name="pg").name == "pg" and Kafka.get(name="k").name == "k"
+    assert S3.get(name="s3").name == "s3"
+
+
+def test_sinks_follow_fennels_rules_and_the_platform_refuses_them() -> None:
+    kafka = Kafka(name="out")
+    with pytest.raises(DeclarationError, match="cdc='debezium'"):
+        sink(kafka.topic("t"), cdc="append")
+    with pytest.raises(DeclarationError, match="Delta"):
+        sink(S3(name="lake").bucket("b", prefix="p", format="parquet"), how="incremental")
+
+    @sink(kafka.topic("spend_changes"), cdc="debezium")
+    @source(WEBHOOK.endpoint("S"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class S:
+        uid: int = field(key=True)
+        ts: datetime
+
+    MockClient().commit("sinks", datasets=[S])  # the mock accepts it (and writes nothing)
+    spec = commit_spec("sinks", [S])
+    assert spec.datasets[0].sinks[0].connector.config == (
+        ("format", "json"), ("topic", "spend_changes"))  # fmt: skip
+    errors = validate(spec, None, PLATFORM_RULES)  # what the definition server runs
+    assert [(e.entity, e.where) for e in errors] == [("S", "sink kafka(out)")], errors
+    assert "does not write sinks" in errors[0].message and "env=" in errors[0].fix
+
+
+def test_expressions_type_and_evaluate_as_in_fennel() -> None:
+    assert (~lit(True)).typeof() is bool
+    e = col("x") + col("y")
+    assert e.typeof(schema={"x": int, "y": float}) is float
+    for bad in ({}, {"x": int}, {"z": int, "y": float}):
+        with pytest.raises(ValueError):
+            e.typeof(schema=bad)
+    df = pd.DataFrame({"x": [1, 2, 3], "y": [1.0, 2.0, 3.0]})
+    assert e.eval(df, schema={"x": int, "y": float}).tolist() == [2.0, 4.0, 6.0]
+    w = when(col("x")).then(1).otherwise(0)
+    assert w.typeof(schema={"x": bool}) is int
+    with pytest.raises(ValueError):
+        w.typeof(schema={"x": int})  # the condition is not a bool
+    assert when(col("x")).then(1).typeof(schema={"x": bool}) == Optional[int]  # noqa: UP045
+    with pytest.raises(InvalidExprException):
+        when(col("x")).typeof(schema={"x": bool})
+    assert col("x").isnull().typeof(schema={"x": Optional[int]}) is bool  # noqa: UP045
