@@ -3,7 +3,7 @@
 from fennel_dagster import dataset, field, pipeline, inputs, featureset, feature, extractor
 """
 
-from fennel_dagster import expr as _expr  # noqa: F401 - gives Expr.typeof/eval their meaning
+from fennel_dagster import semantics as _semantics  # noqa: F401 - installs declare.semantics
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.declare import (
     Dataset,

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from fennel_dagster.declare import lookup as lookup_hook
-from fennel_dagster.declare import registry
+from fennel_dagster.declare import registry, semantics
 from fennel_dagster.declare.dtypes import to_dtype
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.declare.meta import meta_of
@@ -152,6 +152,7 @@ def _build_pipeline(cls: type, attr: str, fn: Any, name: str) -> spec.PipelineSp
             f"{where} has no @inputs: add @inputs(<dataset>, ...) below @pipeline"
         )
     builder = PipelineBuilder(where)
+    builder.inputs = {d.name: d for item in ins if (d := getattr(item, "_spec", None)) is not None}
     proxies = []
     names = []
     for item in ins:
@@ -230,9 +231,26 @@ def dataset(
             expectations=expectations, terminal=_is_terminal(pipes),
         )  # fmt: skip
         registry.register(new._spec)  # type: ignore[attr-defined]
+        inputs = {
+            d.name: d
+            for v in c.__dict__.values()
+            for item in getattr(getattr(v, "__func__", v), "__fennel_inputs__", ()) or ()
+            if (d := getattr(item, "_spec", None)) is not None
+        }
+        _check_pipelines(new._spec, inputs)  # type: ignore[attr-defined]
         return new
 
     return build(cls) if cls is not None else build
+
+
+def _check_pipelines(ds: spec.DatasetSpec, inputs: dict[str, spec.DatasetSpec]) -> None:
+    """As in Fennel, a pipeline that does not type-check or fit its dataset fails ``@dataset``
+    itself (the commit checks again, against the committed graph)."""
+    if not ds.pipelines or semantics.checks_deferred():
+        return
+    problems = semantics.installed().pipeline_problems(ds, inputs)
+    if problems:
+        raise DeclarationError(f"dataset {ds.name}: " + "; ".join(problems))
 
 
 def dataset_spec(ds: Any) -> spec.DatasetSpec:

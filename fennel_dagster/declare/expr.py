@@ -9,10 +9,11 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.declare import semantics
 from fennel_dagster.declare.dtypes import to_dtype
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.wire import spec
@@ -28,20 +29,6 @@ class InvalidExprException(DeclarationError, ValueError):
     """An expression that is not complete (Fennel's name): ``when(...)`` without ``then``."""
 
 
-class ExprSemantics(Protocol):
-    def typeof(self, e: Expr, schema: Mapping[str, Any]) -> Any: ...
-    def eval(self, e: Expr, df: pd.DataFrame, schema: Mapping[str, Any]) -> pd.Series: ...
-
-
-_semantics: list[ExprSemantics] = []  # installed by ``fennel_dagster.expr`` (package import)
-
-
-def install_semantics(impl: ExprSemantics) -> None:
-    """The type checker and the evaluator live in layers above the declarations; the package
-    root installs them here so ``Expr.typeof``/``eval`` work as in Fennel."""
-    _semantics[:] = [impl]
-
-
 class Expr:
     __slots__ = ("node",)
 
@@ -49,14 +36,14 @@ class Expr:
         """The expression's type given the input columns' types (Fennel's), e.g.
         ``(col("x") + col("y")).typeof(schema={"x": int, "y": float}) == float``; a
         ``ValueError`` names what does not type-check."""
-        return _semantics[0].typeof(self, schema or {})
+        return semantics.installed().typeof(self, schema or {})
 
     def matches_type(self, dtype: Any, schema: Mapping[str, Any] | None = None) -> bool:
         return bool(self.typeof(schema) == dtype)
 
     def eval(self, df: pd.DataFrame, schema: Mapping[str, Any] | None = None) -> pd.Series:
         """The expression over ``df``'s rows, cast to its type, as pipelines compute it."""
-        return _semantics[0].eval(self, df, schema or {})
+        return semantics.installed().eval(self, df, schema or {})
 
     def __init__(self, node: spec.Expr) -> None:
         self.node = node

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from fennel_dagster.declare import semantics
 from fennel_dagster.declare.aggregate import Aggregation
-from fennel_dagster.declare.dtypes import to_dtype
+from fennel_dagster.declare.dtypes import python_type, to_dtype
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.declare.expr import Expr
 from fennel_dagster.declare.window import Session, Tumbling, Window, duration
@@ -24,6 +25,7 @@ class PipelineBuilder:
     def __init__(self, where: str) -> None:
         self.where = where
         self.nodes: list[spec.Node] = []
+        self.inputs: dict[str, spec.DatasetSpec] = {}  # the @inputs datasets, for schema()
 
     def next_id(self) -> str:
         return f"n{len(self.nodes)}"
@@ -51,6 +53,15 @@ class Node:
 
     def _where(self, op: str) -> str:
         return f"{self._b.where} ({op})"
+
+    def schema(self) -> dict[str, Any]:
+        """Fennel's ``Node.schema()``: this stream's fields and their types, e.g. to build
+        a transform's output schema from its input's."""
+        try:
+            dtypes = semantics.installed().node_schema(self._b.nodes, self.id, self._b.inputs)
+        except ValueError as e:
+            raise DeclarationError(f"{self._where('schema')}: {e}") from e
+        return {name: python_type(t) for name, t in dtypes.items()}
 
     def filter(self, predicate: Expr | Callable[..., Any]) -> Node:
         if isinstance(predicate, Expr):

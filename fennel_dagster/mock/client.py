@@ -173,6 +173,8 @@ class MockClient:
         for ex in new:
             self._backfill(ex)
         serve_outside_runs(self._lookup)  # Fennel's tests call Dataset.lookup directly
+        for cls in datasets:  # and log(Dataset, df) through the client that committed it
+            cls.__fennel_mock_client__ = self  # type: ignore[attr-defined]
         return commit
 
     def _new_pipelines(self, commit: spec.CommitSpec) -> list[str]:
@@ -366,6 +368,19 @@ def _validate(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> None
     errors = validate(commit, previous)
     if errors:
         raise CommitRejected(errors)
+
+
+def log(dataset: type, df: pd.DataFrame) -> LogResult:
+    """Fennel's ``fennel.testing.log``: rows straight into a committed dataset, through the
+    mock client that committed it — also into a dataset a pipeline derives (a test fixture)."""
+    client: MockClient | None = getattr(dataset, "__fennel_mock_client__", None)
+    name = dataset_name(dataset)
+    if client is None:
+        raise MockError(f"dataset {name} is not committed to a MockClient: commit it first")
+    ds = client._dataset(name)
+    if ds.pipelines:
+        return client._ingest(ds, df)
+    return client.log(dataset, df)
 
 
 def mock(test: Callable[..., Any]) -> Callable[..., Any]:

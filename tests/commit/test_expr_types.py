@@ -14,6 +14,8 @@ from fennel_dagster.commit.infer_types import TypeErrorInExpr, type_of
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare.dtypes import render
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.declare.semantics import deferred
 from fennel_dagster.expr import Expr, col, lit, when
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook
@@ -36,34 +38,37 @@ class Events:
     ts: datetime = field(timestamp=True)
 
 
-@meta(owner=OWNER)
-@dataset
-class ByChannel:
-    uid: int
-    channel: str
-    amount: float
-    n: int | None
-    flag: bool
-    seen: datetime
-    ts: datetime = field(timestamp=True)
+# ill-typed on purpose: checked at commit only here, to test the commit's own rules
+# (@dataset itself rejects them, as Fennel does: test_dataset_rejects_an_ill_typed_pipeline)
+with deferred():
 
-    @pipeline
-    @inputs(Events)
-    def bar(cls, events):
-        return events.filter(col("channel") > 5)
+    @meta(owner=OWNER)
+    @dataset
+    class ByChannel:
+        uid: int
+        channel: str
+        amount: float
+        n: int | None
+        flag: bool
+        seen: datetime
+        ts: datetime = field(timestamp=True)
 
+        @pipeline
+        @inputs(Events)
+        def bar(cls, events):
+            return events.filter(col("channel") > 5)
 
-@meta(owner=OWNER)
-@dataset
-class Labelled:
-    uid: int
-    label: str
-    ts: datetime
+    @meta(owner=OWNER)
+    @dataset
+    class Labelled:
+        uid: int
+        label: str
+        ts: datetime
 
-    @pipeline
-    @inputs(Events)
-    def bar(cls, events):
-        return events.assign(label=(col("channel") + 1).astype(str)).select("uid", "label")
+        @pipeline
+        @inputs(Events)
+        def bar(cls, events):
+            return events.assign(label=(col("channel") + 1).astype(str)).select("uid", "label")
 
 
 @meta(owner=OWNER)
@@ -109,6 +114,22 @@ FILTER_MESSAGE = (
     'ByChannel.bar (filter n1): col("channel") > 5 compares str with int: '
     "cast one side or compare like with like"
 )
+
+
+def test_dataset_rejects_an_ill_typed_pipeline() -> None:
+    with pytest.raises(DeclarationError, match=r'col\("channel"\) > 5 compares str with int'):
+
+        @meta(owner=OWNER)
+        @dataset
+        class Again:
+            uid: int
+            ts: datetime = field(timestamp=True)
+            channel: str
+
+            @pipeline
+            @inputs(Events)
+            def bar(cls, events):  # type: ignore[no-untyped-def]
+                return events.filter(col("channel") > 5).drop("amount", "n", "flag", "seen")
 
 
 def test_filter_comparing_text_with_a_number_is_rejected_by_the_mock_client() -> None:

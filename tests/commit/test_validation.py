@@ -28,6 +28,7 @@ from fennel_dagster.expr import col
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Tumbling
 from fennel_dagster.wire import spec
+from tests.deferred import checked_at_commit
 
 hook = Webhook(name="hook")
 OWNER = "team@example.com"
@@ -151,6 +152,7 @@ def test_timestamp_and_key_rules_hold_on_the_ir() -> None:
     ]
 
 
+@checked_at_commit
 def test_inferred_schema_must_equal_the_declared_one() -> None:
     @meta(owner=OWNER)
     @dataset(index=True)
@@ -171,6 +173,7 @@ def test_inferred_schema_must_equal_the_declared_one() -> None:
     ]
 
 
+@checked_at_commit
 def test_unknown_column_in_an_operator_is_pinned_to_the_node() -> None:
     @meta(owner=OWNER)
     @dataset
@@ -189,6 +192,7 @@ def test_unknown_column_in_an_operator_is_pinned_to_the_node() -> None:
     ]
 
 
+@checked_at_commit
 def test_join_keys_must_be_the_right_sides_keys_with_matching_types() -> None:
     @meta(owner=OWNER)
     @dataset
@@ -224,6 +228,7 @@ def test_join_keys_must_be_the_right_sides_keys_with_matching_types() -> None:
     ]
 
 
+@checked_at_commit
 def test_continuous_aggregates_cannot_feed_another_pipeline() -> None:
     Spend = spend_dataset()
 
@@ -246,6 +251,7 @@ def test_continuous_aggregates_cannot_feed_another_pipeline() -> None:
     )
 
 
+@checked_at_commit
 def test_window_rules_reject_mixed_kinds_and_final_continuous() -> None:
     @meta(owner=OWNER)
     @dataset(index=True)
@@ -421,6 +427,7 @@ def test_all_errors_are_reported_at_once() -> None:
     )
 
 
+@checked_at_commit
 def test_optional_join_column_must_be_dropnulled_first() -> None:
     @meta(owner=OWNER)
     @source(hook.endpoint("visits"))

@@ -16,7 +16,7 @@ from fennel_dagster.declare import commit_spec
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.errors import QueryError
 from fennel_dagster.expr import InvalidExprException, col, lit, when
-from fennel_dagster.mock import MockClient
+from fennel_dagster.mock import MockClient, log
 from fennel_dagster.mock.client import MockError
 from fennel_dagster.sources import S3, Kafka, Postgres, Webhook, sink, source
 
@@ -68,7 +68,8 @@ def test_declarations_inside_a_function_with_local_imports_commit_and_run() -> N
 
     client = MockClient()
     client.commit("v1", datasets=[Txn, Spend])  # owned by __owner__, shipped with its closure
-    assert client.log("fennel_webhook", "Txn", _events()).status_code == 200
+    assert client.log("fennel_webhook", "Txn", _events().iloc[:2]).status_code == 200
+    assert log(Txn, _events().iloc[2:]).status_code == 200  # fennel.testing.log
     # Fennel's tests look datasets up directly, outside any extractor
     df, found = Spend.lookup(pd.Series([T0 + pd.Timedelta(hours=2)] * 2), uid=pd.Series([1, 2]))
     assert found.tolist() == [True, True]

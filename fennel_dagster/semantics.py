@@ -1,0 +1,63 @@
+"""The meaning ``declare.semantics`` asks for, from the type checker (``commit.infer``) and
+the evaluator every executor shares (``ops.expr``): a type or value seen while declaring is
+the one a commit checks and a pipeline computes. Installed when ``fennel_dagster`` is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from fennel_dagster.commit.infer import TypeErrorInExpr, type_of
+from fennel_dagster.commit.infer_nodes import Stop, infer_node
+from fennel_dagster.commit.validate import pipeline_schema_problems
+from fennel_dagster.declare import semantics
+from fennel_dagster.declare.dtypes import python_type, to_dtype
+from fennel_dagster.declare.expr import Expr
+from fennel_dagster.ops.expr import astype, evaluate
+from fennel_dagster.wire import spec
+
+
+def _schema(schema: Mapping[str, Any]) -> dict[str, spec.DType]:
+    return {name: to_dtype(tp, f"schema[{name!r}]") for name, tp in schema.items()}
+
+
+class _Semantics:
+    def typeof(self, e: Expr, schema: Mapping[str, Any]) -> Any:
+        return python_type(type_of(e.to_ir(), _schema(schema)))
+
+    def eval(self, e: Expr, df: pd.DataFrame, schema: Mapping[str, Any]) -> pd.Series:
+        dtype = type_of(e.to_ir(), _schema(schema))
+        out = evaluate(e.to_ir(), df.reset_index(drop=True))
+        if not isinstance(out, pd.Series):  # a literal: one value per row
+            out = pd.Series([out] * len(df))
+        return astype(out, dtype)
+
+    def pipeline_problems(
+        self, ds: spec.DatasetSpec, datasets: Mapping[str, spec.DatasetSpec]
+    ) -> list[str]:
+        return [str(v) for v in pipeline_schema_problems(ds, {**datasets, ds.name: ds})]
+
+    def node_schema(
+        self, nodes: Sequence[spec.Node], node_id: str, datasets: Mapping[str, spec.DatasetSpec]
+    ) -> dict[str, spec.DType]:
+        schemas: dict[str, Any] = {}
+        problems: list[str] = []
+        for node in nodes:
+            try:
+                schemas[node.id] = infer_node(
+                    node, schemas, datasets, lambda n, m, f: problems.append(f"{n.id}: {m}")
+                )
+            except (TypeErrorInExpr, Stop) as e:
+                problems.append(f"{node.id}: {e}")
+                break
+            if node.id == node_id:
+                break
+        if problems:
+            raise ValueError("; ".join(problems))
+        return {f.name: f.dtype for f in schemas[node_id]}
+
+
+semantics.install(_Semantics())
