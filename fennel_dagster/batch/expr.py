@@ -143,6 +143,11 @@ def _strip(s: Column) -> Column:
     return F.regexp_replace(s, r"^\s+|\s+$", "")
 
 
+def _wall(s: Column, p: list[Any], at: int) -> Column:
+    """The instant shifted to the wall clock of the zone in parameter ``at`` (``dt.with_tz``):
+    the session renders timestamps in UTC, so parts of the shifted value are local parts."""
+    return F.from_utc_timestamp(s, p[at]) if len(p) > at else s
+
 _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "str.len": lambda s, p: F.length(s),
     "str.lower": lambda s, p: F.lower(s),
@@ -153,15 +158,15 @@ _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "str.endswith": lambda s, p: s.endswith(p[0]),
     "str.split": lambda s, p: F.split(s, "\\Q" + p[0] + "\\E", -1),
     "str.strptime": _strptime,
-    "dt.year": lambda s, p: F.year(s),
-    "dt.month": lambda s, p: F.month(s),
-    "dt.day": lambda s, p: F.dayofmonth(s),
-    "dt.hour": lambda s, p: F.hour(s),
-    "dt.minute": lambda s, p: F.minute(s),
-    "dt.second": lambda s, p: F.second(s),
-    "dt.day_of_week": lambda s, p: (F.dayofweek(s) + 5) % 7,
+    "dt.year": lambda s, p: F.year(_wall(s, p, 0)),
+    "dt.month": lambda s, p: F.month(_wall(s, p, 0)),
+    "dt.day": lambda s, p: F.dayofmonth(_wall(s, p, 0)),
+    "dt.hour": lambda s, p: F.hour(_wall(s, p, 0)),
+    "dt.minute": lambda s, p: F.minute(_wall(s, p, 0)),
+    "dt.second": lambda s, p: F.second(_wall(s, p, 0)),
+    "dt.day_of_week": lambda s, p: (F.dayofweek(_wall(s, p, 0)) + 5) % 7,
     "dt.since_epoch": lambda s, p: F.floor(_seconds(s) / _UNIT[p[0] if p else "second"]),
-    "dt.strftime": lambda s, p: F.date_format(s, java_pattern(p[0])),
+    "dt.strftime": lambda s, p: F.date_format(_wall(s, p, 1), java_pattern(p[0])),
     "num.abs": lambda s, p: F.abs(s),
     "num.ceil": lambda s, p: F.ceil(s),
     "num.floor": lambda s, p: F.floor(s),

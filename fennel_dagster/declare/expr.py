@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import zoneinfo
 from collections.abc import Mapping
 from typing import Any
 
@@ -216,10 +217,27 @@ class _StrNs(_Ns):
 
 
 class _DtNs(_Ns):
+    """``col("t").dt.hour``; ``.dt.with_tz(timezone="US/Eastern").hour`` reads the parts on
+    that zone's wall clock (the zone is a trailing parameter of each call)."""
+
     prefix = "dt"
 
+    def __init__(self, e: Expr, tz: str | None = None) -> None:
+        super().__init__(e)
+        self._tz = tz
+
+    def _zoned(self) -> tuple[str, ...]:
+        return (self._tz,) if self._tz else ()
+
+    def with_tz(self, timezone: str) -> _DtNs:
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+            raise DeclarationError(f"dt.with_tz: unknown time zone {timezone!r}") from e
+        return _DtNs(self._e, timezone)
+
     def _part(self, name: str) -> Expr:
-        return self._c(name)
+        return self._c(name, *self._zoned())
 
     @property
     def year(self) -> Expr:
@@ -256,7 +274,7 @@ class _DtNs(_Ns):
         return self._c("since_epoch", unit)
 
     def strftime(self, fmt: str) -> Expr:
-        return self._c("strftime", fmt)
+        return self._c("strftime", fmt, *self._zoned())
 
 
 class _NumNs(_Ns):

@@ -95,6 +95,13 @@ def _since(args: list[Series], params: list[Any]) -> Series:
     return secs.floordiv(1).astype("Int64")
 
 
+def _wall(s: Series, p: list[Any], at: int) -> Series:
+    """Timestamps on the wall clock of the zone in parameter ``at`` (``dt.with_tz``), if any."""
+    if len(p) <= at or not hasattr(s.dt, "tz") or s.dt.tz is None:
+        return s
+    return s.dt.tz_convert(p[at])
+
+
 _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "str.len": lambda s, p: s.str.len().astype("Int64"),
     "str.lower": lambda s, p: s.str.lower(),
@@ -106,15 +113,15 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "str.split": lambda s, p: s.str.split(p[0], regex=False),
     "str.strptime": lambda s, p: pd.to_datetime(s, format=p[0]).dt.tz_localize(p[1] if len(p) > 1 else "UTC").dt.tz_convert("UTC"),
     "str.json_extract": _elementwise(lambda v, path: _json_path(v, path)),
-    "dt.year": lambda s, p: s.dt.year.astype("Int64"),
-    "dt.month": lambda s, p: s.dt.month.astype("Int64"),
-    "dt.day": lambda s, p: s.dt.day.astype("Int64"),
-    "dt.hour": lambda s, p: s.dt.hour.astype("Int64"),
-    "dt.minute": lambda s, p: s.dt.minute.astype("Int64"),
-    "dt.second": lambda s, p: s.dt.second.astype("Int64"),
-    "dt.day_of_week": lambda s, p: s.dt.dayofweek.astype("Int64"),
+    "dt.year": lambda s, p: _wall(s, p, 0).dt.year.astype("Int64"),
+    "dt.month": lambda s, p: _wall(s, p, 0).dt.month.astype("Int64"),
+    "dt.day": lambda s, p: _wall(s, p, 0).dt.day.astype("Int64"),
+    "dt.hour": lambda s, p: _wall(s, p, 0).dt.hour.astype("Int64"),
+    "dt.minute": lambda s, p: _wall(s, p, 0).dt.minute.astype("Int64"),
+    "dt.second": lambda s, p: _wall(s, p, 0).dt.second.astype("Int64"),
+    "dt.day_of_week": lambda s, p: _wall(s, p, 0).dt.dayofweek.astype("Int64"),
     "dt.since_epoch": lambda s, p: ((s - pd.Timestamp(0, tz="UTC")).dt.total_seconds() / _UNIT[p[0] if p else "second"]).floordiv(1).astype("Int64"),
-    "dt.strftime": lambda s, p: s.dt.strftime(p[0]),
+    "dt.strftime": lambda s, p: _wall(s, p, 1).dt.strftime(p[0]),
     "num.abs": lambda s, p: s.abs(),
     "num.ceil": lambda s, p: np.ceil(s).astype("Int64"),
     "num.floor": lambda s, p: np.floor(s).astype("Int64"),
