@@ -148,6 +148,7 @@ def _wall(s: Column, p: list[Any], at: int) -> Column:
     the session renders timestamps in UTC, so parts of the shifted value are local parts."""
     return F.from_utc_timestamp(s, p[at]) if len(p) > at else s
 
+
 _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "str.len": lambda s, p: F.length(s),
     "str.lower": lambda s, p: F.lower(s),
@@ -225,6 +226,18 @@ def to_column(node: spec.Expr) -> Column:
     raise SparkUnsupported(f"not an expression: {node!r}")
 
 
+_COLUMN_PARAM: dict[str, Callable[[Column, Column], Column]] = {
+    "str.contains": lambda s, o: s.contains(o),
+    "str.startswith": lambda s, o: s.startswith(o),
+    "str.endswith": lambda s, o: s.endswith(o),
+    "list.contains": lambda s, o: F.when(o.isNotNull(), F.array_contains(s, o)),
+    "list.at": lambda s, o: F.when(  # Spark's index is a 1-based int
+        o.between(-(2**31), 2**31 - 2),
+        F.try_element_at(s, F.when(o >= 0, o + 1).otherwise(o).cast("int")),
+    ),
+}
+
+
 def _call(fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None) -> Column:
     if fn in REFUSED:
         raise SparkUnsupported(f"{fn} is not available on Spark: {REFUSED[fn]}")
@@ -233,6 +246,8 @@ def _call(fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None) -> Col
     first = to_column(args[0])
     if fn in _BINARY:
         return _BINARY[fn](first, to_column(args[1]))
+    if fn in _COLUMN_PARAM and len(args) > 1 and not isinstance(args[1], spec.Lit):
+        return _COLUMN_PARAM[fn](first, to_column(args[1]))  # a column-valued parameter
     if fn in _UNARY:
         return _UNARY[fn](first, [_param(a) for a in args[1:]])
     if fn == "neg":

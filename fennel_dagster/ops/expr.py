@@ -140,6 +140,35 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "struct.get": _elementwise(lambda v, f: v.get(f) if isinstance(v, dict) else getattr(v, f, None)),
 }  # fmt: skip
 
+
+def _pairwise(fn: Callable[[Any, Any], Any], boolean: bool) -> Callable[[Series, Series], Series]:
+    """A function of a column and a column-valued parameter, row by row; null in, null out."""
+
+    def run(s: Series, other: Series) -> Series:
+        out = pd.Series(
+            [None if _isnull(a) or _isnull(b) else fn(a, b)
+             for a, b in zip(s.astype(object), other.astype(object), strict=True)],
+            index=s.index, dtype=object,
+        )  # fmt: skip
+        return out.astype("boolean") if boolean else out.infer_objects()
+
+    return run
+
+
+def _at(v: Any, i: Any) -> Any:
+    items = list(v)
+    return items[int(i)] if -len(items) <= int(i) < len(items) else None
+
+
+# ``col("x").str.contains(col("y"))``: the parameter is another column (Fennel allows it)
+_COLUMN_PARAM: dict[str, Callable[[Series, Series], Series]] = {
+    "str.contains": _pairwise(lambda a, b: b in a, True),
+    "str.startswith": _pairwise(lambda a, b: a.startswith(b), True),
+    "str.endswith": _pairwise(lambda a, b: a.endswith(b), True),
+    "list.contains": _pairwise(lambda a, b: b in list(a), True),
+    "list.at": _pairwise(_at, False),
+}
+
 _SERIES_FNS: dict[str, Callable[[list[Series]], Series]] = {
     "add": _binary(lambda a, b: a + b),
     "sub": _binary(lambda a, b: a - b),
@@ -244,6 +273,9 @@ def _compile_call(
         rest = [compile_expr(a) for a in args[1:]]
         impl = _SERIES_FNS[fn]
         return lambda df: impl([first(df), *(r(df) for r in rest)])
+    if fn in _COLUMN_PARAM and len(args) > 1 and not isinstance(args[1], spec.Lit):
+        other, rowwise = compile_expr(args[1]), _COLUMN_PARAM[fn]
+        return lambda df: rowwise(first(df), other(df))
     if fn in _PARAM_FNS:
         params = [_arg_value(a) for a in args[1:]]
         pimpl = _PARAM_FNS[fn]
