@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fennel_dagster.declare.errors import DeclarationError
-from fennel_dagster.declare.expr import Expr
+from fennel_dagster.declare.expr import Expr, col
 from fennel_dagster.declare.window import duration
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import capture
@@ -131,6 +131,7 @@ def source(
     idleness: str | None = None,
     earliest: dt.datetime | str = "1970-01-01T00:00:00+00:00",
     max_future: str | int = "1d",
+    sample: float | Sample | None = None,
 ) -> Callable[[T], T]:
     """Attach a source to a dataset (placed above ``@dataset``, as in Fennel).
 
@@ -147,15 +148,16 @@ def source(
     def attach(cls: T) -> T:
         name = getattr(cls, "__name__", "?")
         where_ir: spec.Expr | spec.UserCode | None
-        if where is None:
+        found = where.what if isinstance(where, Eval) else where
+        if found is None:
             where_ir = None
-        elif isinstance(where, Expr):
-            where_ir = where.to_ir()
+        elif isinstance(found, Expr):
+            where_ir = found.to_ir()
         else:
-            where_ir = capture(where)
+            where_ir = capture(found)
         pre: list[tuple[str, Any]] = []
         for field_name, value in sorted((preproc or {}).items()):
-            pre.append((field_name, value.to_ir() if isinstance(value, Expr) else spec.Lit(value)))
+            pre.append((field_name, _preproc_ir(value, f"{name} @source preproc {field_name!r}")))
         src = spec.SourceSpec(
             connector=conn.to_ir(),
             cdc=cdc,  # type: ignore[arg-type]
@@ -170,12 +172,64 @@ def source(
             idleness=duration(idleness, f"{name} @source idleness") if idleness else None,
             earliest=_instant(earliest, f"{name} @source earliest") or spec.SourceSpec.earliest,
             max_future=duration(max_future, f"{name} @source max_future"),
+            sample=_sample(sample, f"{name} @source sample"),
         )
         existing = list(getattr(cls, "__fennel_sources__", ()))
         cls.__fennel_sources__ = (*existing, src)  # type: ignore[attr-defined]
         return cls
 
     return attach
+
+
+class Eval:
+    """Fennel's ``eval(expr_or_function, schema=...)`` in ``preproc``/``where``: an expression,
+    or a function of the raw rows (a DataFrame) returning a column."""
+
+    def __init__(self, what: Any, schema: dict[str, Any] | None = None) -> None:
+        if not isinstance(what, Expr) and not callable(what):
+            raise DeclarationError(f"eval() takes an expression or a function, got {what!r}")
+        self.what, self.schema = what, dict(schema or {})
+
+
+def eval(what: Any, schema: dict[str, Any] | None = None) -> Eval:  # noqa: A001 - Fennel's name
+    return Eval(what, schema)
+
+
+def ref(column: str) -> Expr:
+    """Fennel's ``ref("user_id")`` in ``preproc``: the value of another raw column."""
+    return col(column)
+
+
+class Sample:
+    """Fennel's ``Sample(rate, using=[...])``: keep ``rate`` of the rows, chosen by a hash of
+    the ``using`` columns (every column when empty), so a row is kept or not everywhere."""
+
+    def __init__(self, rate: float, using: list[str] | None = None) -> None:
+        self.rate, self.using = rate, tuple(using or ())
+
+
+def _sample(value: float | Sample | None, where: str) -> spec.SampleSpec | None:
+    if value is None:
+        return None
+    s = value if isinstance(value, Sample) else Sample(float(value))
+    if not 0.0 <= s.rate <= 1.0:
+        raise DeclarationError(f"{where}: the rate must be within [0, 1], got {s.rate}")
+    return spec.SampleSpec(float(s.rate), s.using)
+
+
+def _preproc_ir(value: Any, where: str) -> spec.Expr | spec.Lit | spec.UserCode:
+    if isinstance(value, Eval):
+        value = value.what
+    if isinstance(value, Expr):
+        return value.to_ir()
+    if callable(value):
+        return capture(value)
+    try:
+        return spec.Lit(value)
+    except TypeError as e:
+        raise DeclarationError(
+            f"{where}: {value!r} is not a literal, an expression or eval()"
+        ) from e
 
 
 _SINK_KINDS = ("kafka", "s3")

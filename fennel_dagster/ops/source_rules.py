@@ -16,11 +16,35 @@ WhereFn = Callable[[pd.DataFrame], object]
 
 
 def preprocess(src: spec.SourceSpec, df: pd.DataFrame) -> pd.DataFrame:
-    """``preproc``: each field set to a literal or to an expression over the raw columns."""
+    """``preproc``: each field set to a literal, an expression over the raw columns, or what
+    a function of the raw rows returns; then ``sample``."""
     out = df.copy()
     for name, value in src.preproc:
-        out[name] = value.value if isinstance(value, spec.Lit) else evaluate(value, out)
+        if isinstance(value, spec.Lit):
+            out[name] = value.value
+        elif isinstance(value, spec.UserCode):
+            out[name] = pd.Series(_loaded(value)(df), index=df.index)
+        else:
+            out[name] = evaluate(value, out)
+    if src.sample is not None:
+        out = out[_sampled(src.sample, out)]
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _loaded(code: spec.UserCode) -> Callable[[pd.DataFrame], object]:
+    fn: Callable[[pd.DataFrame], object] = load(code)
+    return fn
+
+
+def _sampled(sample: spec.SampleSpec, df: pd.DataFrame) -> pd.Series:
+    """Rows kept by ``sample``: a stable hash of the ``using`` columns below ``rate``, so the
+    same row is kept by the mock, the engine and a replay."""
+    if sample.rate >= 1.0 or df.empty:
+        return pd.Series(sample.rate >= 1.0, index=df.index, dtype=bool)
+    cols = list(sample.using) or sorted(df.columns)
+    h = pd.util.hash_pandas_object(df[cols].astype(str), index=False).to_numpy()
+    return pd.Series(h < int(sample.rate * 2**64), index=df.index)
 
 
 def where_function(src: spec.SourceSpec) -> WhereFn | None:

@@ -441,6 +441,17 @@ class ConnectorSpec:
     config: tuple[tuple[str, None | bool | int | float | str], ...]
 
 
+OMITTED_WHEN_DEFAULT = {"wire": "omitted when default"}
+"""Field metadata: a field added after blueprints were hashed is left out of the encoding
+while it holds its default, so adding it changes no existing physical name."""
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    rate: float
+    using: tuple[str, ...] = ()  # () = every column
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     connector: ConnectorSpec
@@ -450,7 +461,9 @@ class SourceSpec:
     since: str | None = None  # ISO-8601 instant
     until: str | None = None
     env: tuple[str, ...] = ()
-    preproc: tuple[tuple[str, Expr | Lit], ...] = ()  # field -> column ref / literal
+    preproc: tuple[
+        tuple[str, Expr | Lit | UserCode], ...
+    ] = ()  # field -> expression / literal / code
     where: Expr | UserCode | None = None
     bounded: bool = False
     idleness: int | None = None
@@ -458,11 +471,8 @@ class SourceSpec:
     # after their arrival are error rows, so one bad clock cannot move the watermark
     earliest: str = "1970-01-01T00:00:00+00:00"
     max_future: int = 24 * 3600
-
-
-OMITTED_WHEN_DEFAULT = {"wire": "omitted when default"}
-"""Field metadata: a field added after blueprints were hashed is left out of the encoding
-while it holds its default, so adding it changes no existing physical name."""
+    # Fennel's ``sample=``: keep this fraction of rows, chosen by a hash of ``using`` columns
+    sample: SampleSpec | None = field(default=None, metadata=OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from fennel_dagster.errors import QueryError
 from fennel_dagster.expr import InvalidExprException, col, lit, when
 from fennel_dagster.mock import MockClient, log
 from fennel_dagster.mock.client import MockError
-from fennel_dagster.sources import S3, Kafka, Postgres, Webhook, sink, source
+from fennel_dagster.sources import S3, Kafka, Postgres, Webhook, eval, ref, sink, source
 
 __owner__ = "compat@example.com"  # Fennel's module-level owner: no @meta needed below
 
@@ -209,3 +209,49 @@ def test_expressions_type_and_evaluate_as_in_fennel() -> None:
     with pytest.raises(InvalidExprException):
         when(col("x")).typeof(schema={"x": bool})
     assert col("x").isnull().typeof(schema={"x": Optional[int]}) is bool  # noqa: UP045
+
+
+def test_source_preproc_ref_eval_and_sample() -> None:
+    @source(
+        WEBHOOK.endpoint("People"), disorder="14d", cdc="upsert",
+        preproc={
+            "uid": ref("user_id"),  # from another raw column
+            "country": "USA",  # a literal
+            "age": eval(lambda df: pd.to_numeric(df["age"]).astype(int), schema={"age": str}),
+        },
+        where=eval(col("age") >= 18, schema={"age": int}),
+    )  # fmt: skip
+    @dataset(index=True)
+    class People:
+        uid: int = field(key=True)
+        country: str
+        age: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("people", datasets=[People])
+    raw = pd.DataFrame({"user_id": [1, 2, 3], "age": ["17", "30", "45"], "ts": [T0] * 3})
+    client.log("fennel_webhook", "People", raw)
+    df, found = client.lookup(People, pd.DataFrame({"uid": [1, 2, 3]}))
+    assert found.tolist() == [False, True, True]
+    assert df["country"].tolist()[1:] == ["USA", "USA"] and df["age"].tolist()[1:] == [30, 45]
+
+
+def test_sampling_keeps_the_same_rows_everywhere() -> None:
+    from fennel_dagster.ops.source_rules import preprocess
+    from fennel_dagster.sources import Sample
+
+    @source(WEBHOOK.endpoint("Sampled"), disorder="14d", cdc="append",
+            sample=Sample(0.25, using=["uid"]))  # fmt: skip
+    @dataset
+    class Sampled:
+        uid: int
+        ts: datetime
+
+    src = commit_spec("s", [Sampled]).datasets[0].sources[0]
+    rows = pd.DataFrame({"uid": range(4000), "ts": [T0] * 4000})
+    kept = preprocess(src, rows)
+    assert 800 < len(kept) < 1200  # about a quarter
+    assert kept["uid"].tolist() == preprocess(src, rows.iloc[::-1])["uid"].tolist()[::-1]
+    with pytest.raises(DeclarationError, match="within"):
+        source(WEBHOOK.endpoint("x"), sample=1.5)(Sampled)
