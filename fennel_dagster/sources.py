@@ -2,11 +2,18 @@
 (Fennel's ``fennel.connectors``)."""
 
 from fennel_dagster.declare.sources import (
+    HTTP,
     S3,
+    Avro,
+    BigQuery,
     Eval,
     Kafka,
+    Kinesis,
+    MySQL,
     Postgres,
+    Redshift,
     Sample,
+    Snowflake,
     Webhook,
     eval,  # noqa: A004 - Fennel's name
     ref,
@@ -14,4 +21,7 @@ from fennel_dagster.declare.sources import (
     source,
 )
 
-__all__ = ["S3", "Eval", "Kafka", "Postgres", "Sample", "Webhook", "eval", "ref", "sink", "source"]
+__all__ = [
+    "HTTP", "S3", "Avro", "BigQuery", "Eval", "Kafka", "Kinesis", "MySQL", "Postgres", "Redshift",
+    "Sample", "Snowflake", "Webhook", "eval", "ref", "sink", "source",
+]  # fmt: skip

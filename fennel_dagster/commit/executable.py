@@ -33,13 +33,17 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
             where = f"source {c.kind}({c.name})"
             if c.kind not in ENGINE_CONNECTORS:
                 yield Violation(ds.name, where, (
-                    f"the platform has no reader for {c.kind} sources (it reads Kafka topics, "
-                    "webhook endpoints, S3 prefixes and Postgres tables)"),
+                    f"the platform has no reader for {c.kind} sources yet (it reads Kafka "
+                    "topics, webhook endpoints, S3 prefixes and Postgres tables)"),
                     "feed the rows through a Kafka topic or a Webhook endpoint (Client.log), "
                     "or select this source out with env=")  # fmt: skip
             elif c.kind == "kafka" and not dict(c.config).get("topic"):
                 yield Violation(ds.name, where, "names no topic",
                                       f"use {c.name}.topic('<topic>') in @source")  # fmt: skip
+            elif c.kind == "kafka" and dict(c.config).get("format", "json") != "json":
+                yield Violation(ds.name, where,
+                    f"the engine reads JSON topics, not {dict(c.config).get('format')} yet",
+                    "produce JSON to the topic, or select this source out with env=")  # fmt: skip
             elif c.kind == "postgres":
                 cfg = dict(c.config)
                 for key, fix in (("host", "host="), ("db_name", "db_name=")):

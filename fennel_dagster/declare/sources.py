@@ -7,6 +7,7 @@ connection is known by its ``name``, which the deployment maps to real credentia
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -55,13 +56,21 @@ class Kafka(_Connection):
     def __init__(self, name: str, bootstrap_servers: str = "", **options: Any) -> None:
         self.name, self.bootstrap_servers, self.options = name, bootstrap_servers, options
 
-    def topic(self, topic: str, format: str = "json") -> Connector:  # noqa: A002
-        cfg = {
-            "topic": topic,
-            "format": format,
-            "bootstrap_servers": self.bootstrap_servers or None,
-        }
+    def topic(self, topic: str, format: str | Avro = "json") -> Connector:  # noqa: A002
+        fmt = format.to_config() if isinstance(format, Avro) else {"format": format}
+        cfg = {"topic": topic, **fmt, "bootstrap_servers": self.bootstrap_servers or None}
         return Connector("kafka", self.name, {**self.options, **cfg})
+
+
+class Avro:
+    """Fennel's Avro format for a Kafka topic, with its schema registry (credentials stay
+    out of the IR, as for every connection)."""
+
+    def __init__(self, registry: str, url: str, **credentials: Any) -> None:
+        self.registry, self.url = registry, url
+
+    def to_config(self) -> dict[str, Any]:
+        return {"format": "avro", "schema_registry": self.registry, "registry_url": self.url}
 
 
 class S3(_Connection):
@@ -96,6 +105,67 @@ class Postgres(_Connection):
         return Connector(
             "postgres", self.name, {**self.options, "table": table_name, "cursor": cursor}
         )
+
+
+class _External(_Connection):
+    """A connection this platform declares exactly as Fennel does but has no reader for: a
+    commit that reads one is refused, naming it (``commit.executable``)."""
+
+    kind = ""
+
+    def __init__(self, name: str, **options: Any) -> None:
+        self.name, self.options = name, options
+
+
+class _Tables(_External):
+    def table(self, table_name: str, cursor: str | None = None) -> Connector:
+        return Connector(self.kind, self.name, {**self.options, "table": table_name,
+                                                "cursor": cursor})  # fmt: skip
+
+
+class MySQL(_Tables):
+    kind = "mysql"
+
+
+class Snowflake(_Tables):
+    kind = "snowflake"
+
+
+class BigQuery(_Tables):
+    kind = "bigquery"
+
+
+class Redshift(_Tables):
+    kind = "redshift"
+
+
+class Kinesis(_External):
+    kind = "kinesis"
+
+    def stream(
+        self,
+        stream_arn: str,
+        init_position: str | dt.datetime = "latest",
+        format: str = "json",  # noqa: A002
+    ) -> Connector:
+        position = (
+            init_position.isoformat() if isinstance(init_position, dt.datetime) else init_position
+        )
+        return Connector(self.kind, self.name, {**self.options, "stream_arn": stream_arn,
+                                                "init_position": position, "format": format})  # fmt: skip
+
+
+class HTTP(_External):
+    """An HTTP endpoint to sink to (Fennel's)."""
+
+    kind = "http"
+
+    def path(
+        self, endpoint: str, limit: int | None = None, headers: dict[str, str] | None = None
+    ) -> Connector:
+        cfg = {"endpoint": endpoint, "limit": limit,
+               "headers": json.dumps(headers, sort_keys=True) if headers else None}  # fmt: skip
+        return Connector(self.kind, self.name, {**self.options, **cfg})
 
 
 class Webhook(_Connection):
@@ -232,7 +302,7 @@ def _preproc_ir(value: Any, where: str) -> spec.Expr | spec.Lit | spec.UserCode:
         ) from e
 
 
-_SINK_KINDS = ("kafka", "s3")
+_SINK_KINDS = ("kafka", "s3", "snowflake", "http")
 
 
 def sink(
@@ -255,7 +325,9 @@ def sink(
         )
     where = f"@sink({conn.kind}({conn.name}))"
     if conn.kind not in _SINK_KINDS:
-        raise DeclarationError(f"{where}: sinks write to Kafka or S3, not {conn.kind}")
+        raise DeclarationError(
+            f"{where}: sinks write to Kafka, S3, Snowflake or HTTP, not {conn.kind}"
+        )
     fmt = conn.config.get("format")
     if conn.kind == "kafka":
         for bad, why in ((cdc != "debezium", f"takes cdc='debezium', not {cdc!r}"),
@@ -266,7 +338,7 @@ def sink(
                          (since is not None or until is not None, "takes no since/until")):  # fmt: skip
             if bad:
                 raise DeclarationError(f"{where}: a Kafka sink {why}")
-    else:
+    elif conn.kind == "s3":
         for bad, why in ((cdc is not None, "takes no cdc"),
                          (fmt != "delta", f"writes Delta (format='delta'), not {fmt!r}"),
                          (how != "incremental", "needs how='incremental'")):  # fmt: skip

@@ -436,7 +436,18 @@ class ConnectorSpec:
     (topic, bucket + prefix/path + format, table + cursor, endpoint, ...) as sorted pairs.
     Secrets are referenced by name, never inlined."""
 
-    kind: Literal["kafka", "s3", "postgres", "webhook"]
+    kind: Literal[
+        "kafka",
+        "s3",
+        "postgres",
+        "webhook",
+        "mysql",
+        "snowflake",
+        "bigquery",
+        "redshift",
+        "kinesis",
+        "http",
+    ]
     name: str  # the connection's name, e.g. Kafka(name="events_kafka")
     config: tuple[tuple[str, None | bool | int | float | str], ...]
 

@@ -281,7 +281,7 @@ def test_sources_the_platform_cannot_read_are_refused_at_commit() -> None:
         ts: datetime
 
     assert _rejected([Warehouse]) == [
-        "Warehouse (source bigquery(wh)): the platform has no reader for bigquery sources (it "
+        "Warehouse (source bigquery(wh)): the platform has no reader for bigquery sources yet (it "
         "reads Kafka topics, webhook endpoints, S3 prefixes and Postgres tables): feed the rows "
         "through a Kafka topic or a Webhook endpoint (Client.log), or select this source out "
         "with env="

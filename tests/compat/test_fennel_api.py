@@ -255,3 +255,42 @@ def test_sampling_keeps_the_same_rows_everywhere() -> None:
     assert kept["uid"].tolist() == preprocess(src, rows.iloc[::-1])["uid"].tolist()[::-1]
     with pytest.raises(DeclarationError, match="within"):
         source(WEBHOOK.endpoint("x"), sample=1.5)(Sampled)
+
+
+def test_connectors_the_platform_cannot_read_are_declared_and_refused_by_name() -> None:
+    from fennel_dagster.sources import HTTP, Avro, Kinesis, MySQL, Snowflake
+
+    mysql = MySQL(name="my_mysql", host="db", db_name="app", username="u", password="secret")
+    stream = Kinesis(name="k", role_arn="arn").stream("arn:stream", init_position="latest")
+    avro = Avro(registry="confluent", url="http://registry", username="u", password="p")
+
+    @source(mysql.table("users", cursor="updated_at"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class FromMySQL:
+        uid: int = field(key=True)
+        ts: datetime
+
+    @source(stream, disorder="14d", cdc="append")
+    @sink(Snowflake(name="sf", account="a").table("out"))
+    @dataset
+    class FromKinesis:
+        uid: int
+        ts: datetime
+
+    @source(Kafka(name="k").topic("t", format=avro), disorder="14d", cdc="append")
+    @sink(HTTP(name="h", host="http://sink").path(endpoint="/in", limit=100))
+    @dataset
+    class FromAvro:
+        uid: int
+        ts: datetime
+
+    spec = commit_spec("ext", [FromMySQL, FromKinesis, FromAvro])
+    secrets = [str(c.config) for d in spec.datasets for c in [s.connector for s in d.sources]]
+    assert not any("secret" in s or "'p'" in s for s in secrets), secrets  # never in the IR
+    MockClient().commit("ext", datasets=[FromMySQL, FromKinesis, FromAvro])  # the mock takes them
+    errors = validate(spec, None, PLATFORM_RULES)
+    named = sorted(f"{e.entity}: {e.where}" for e in errors)
+    assert named == [
+        "FromAvro: sink http(h)", "FromAvro: source kafka(k)", "FromKinesis: sink snowflake(sf)",
+        "FromKinesis: source kinesis(k)", "FromMySQL: source mysql(my_mysql)",
+    ], named  # fmt: skip
