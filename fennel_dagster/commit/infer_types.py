@@ -352,8 +352,18 @@ def agg_type(agg: spec.AggSpec, schema: Mapping[str, spec.DType]) -> spec.DType:
         case "min" | "max":
             assert of is not None
             t = base(strip_optional(of))
+            if not (
+                _numeric(t) or isinstance(t, spec.TimestampType | spec.DateType | spec.DecimalType)
+            ):
+                raise TypeErrorInExpr(
+                    f"{agg.kind.title()} of {agg.of!r} needs a number, date or datetime, got "
+                    f"{render(of)}"
+                )
             return t if agg.default is not None else spec.OptionalType(t)
         case "quantile":
+            assert of is not None
+            if not _numeric(of):
+                raise TypeErrorInExpr(f"Quantile of {agg.of!r} needs a number, got {render(of)}")
             return (
                 spec.FloatType() if agg.default is not None else spec.OptionalType(spec.FloatType())
             )

@@ -55,7 +55,12 @@ _BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_se
 
 
 class MockClient:
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
+        """``strict`` (Fennel's behaviour): a row a pipeline cannot produce (an assign whose
+        function returns the wrong type, an overflowing sum) makes ``log`` raise, after the
+        good rows are applied; ``strict=False`` returns them in ``LogResult.errors``, as the
+        engine writes them to the dataset's error topic."""
+        self.strict = strict
         self.branch = MAIN_BRANCH
         self._branches: dict[str, dict[str, Any]] = {}
         self._fresh()
@@ -214,8 +219,8 @@ class MockClient:
                     f"log({target!r}, {endpoint_or_df!r}) has no rows: pass a DataFrame, as "
                     "log(Dataset, df) or log('webhook', 'endpoint', df)"
                 )
-            return self._ingest(
-                self._dataset(dataset_name(target)), endpoint_or_df, from_source=True
+            return self._checked(
+                self._ingest(self._dataset(dataset_name(target)), endpoint_or_df, from_source=True)
             )
         hits = [
             (ds, s) for ds in self.datasets.values() for s in ds.sources
@@ -227,7 +232,19 @@ class MockClient:
                 f"no committed dataset has a source Webhook(name={target!r}).endpoint({endpoint_or_df!r})"
             )
         results = [self._ingest(ds, df, from_source=True, sources=[src]) for ds, src in hits]
-        return LogResult(sum(r.accepted for r in results), [b for r in results for b in r.rejected])
+        return self._checked(LogResult(sum(r.accepted for r in results),
+                                       [b for r in results for b in r.rejected],
+                                       [e for r in results for e in r.errors]))  # fmt: skip
+
+    def _checked(self, result: LogResult) -> LogResult:
+        if self.strict and result.errors:
+            first = result.errors[0]
+            raise MockError(
+                f"{len(result.errors)} row(s) could not go through the pipelines (the good rows "
+                f"were applied); first: {first.reason}. MockClient(strict=False) returns them "
+                "in LogResult.errors instead, as the engine's error topic holds them"
+            )
+        return result
 
     def _dataset(self, name: str) -> spec.DatasetSpec:
         ds = self.datasets.get(name)
@@ -379,7 +396,7 @@ def log(dataset: type, df: pd.DataFrame) -> LogResult:
         raise MockError(f"dataset {name} is not committed to a MockClient: commit it first")
     ds = client._dataset(name)
     if ds.pipelines:
-        return client._ingest(ds, df)
+        return client._checked(client._ingest(ds, df))
     return client.log(dataset, df)
 
 

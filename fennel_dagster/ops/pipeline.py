@@ -15,11 +15,13 @@ from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.declare.dtypes import render
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
 from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads, to_records
+from fennel_dagster.ops.schema import misfits
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
@@ -149,15 +151,17 @@ class PipelineExecutor:
                     else:
                         fn = self._fn(c.code)  # type: ignore[arg-type]
                         try:
-                            out[c.name] = astype(pd.Series(fn(out)).reset_index(drop=True), c.dtype)
+                            values = pd.Series(fn(out)).reset_index(drop=True)
                         except Exception as e:  # noqa: BLE001 - user code
                             bad = self._bad_rows(node, out, e, res)
                             out = out[~bad].reset_index(drop=True)
-                            out[c.name] = (
-                                astype(pd.Series(fn(out)).reset_index(drop=True), c.dtype)
+                            values = (
+                                pd.Series(fn(out)).reset_index(drop=True)
                                 if len(out)
                                 else pd.Series(dtype=object)
                             )
+                        out, values = self._fitting(node, c, out, values, res)
+                        out[c.name] = astype(values, c.dtype) if len(out) else values
                 return out
             case spec.TransformNode(code=code, schema=schema):
                 fn = self._fn(code)
@@ -213,6 +217,30 @@ class PipelineExecutor:
             if len(good):
                 out[~bad] = post(pd.Series(fn(good))).to_numpy()
             return out
+
+    def _fitting(
+        self,
+        node: spec.Node,
+        c: spec.AssignColumn,
+        df: pd.DataFrame,
+        values: pd.Series,
+        res: BatchResult,
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """The rows whose assigned value fits the column's declared type; each other row is
+        an error row saying what the function returned."""
+        bad = misfits(values, c.dtype) if len(values) == len(df) else {}
+        if not bad:
+            return df, values
+        for i, why in bad.items():
+            res.errors.append(RowError(
+                self.p.dataset, self._where(node),
+                f"assign {c.name!r} (declared {render(c.dtype)}): the function returned {why}",
+                {k: json_value(v) for k, v in df.iloc[i].items()},
+            ))  # fmt: skip
+        keep = ~pd.Series([i in bad for i in range(len(df))])
+        return df[keep.to_numpy()].reset_index(drop=True), values[keep.to_numpy()].reset_index(
+            drop=True
+        )
 
     def _bad_rows(
         self, node: spec.Node, df: pd.DataFrame, first: Exception, res: BatchResult

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.declare.dtypes import render
@@ -95,6 +96,31 @@ def _check(value: Any, t: spec.DType) -> str | None:
         case spec.DecimalType():
             return None if isinstance(value, int | float | str) else "is not a decimal"
     return None
+
+
+def misfits(values: pd.Series, t: spec.DType) -> dict[int, str]:
+    """Positions of ``values`` a column of type ``t`` cannot hold, and why: what a user
+    function returned for an ``assign`` is checked before it is cast, so 1.5 for an int field
+    is an error row, never a silent 1. A column whose dtype already fits is not walked."""
+    core = t.of if isinstance(t, spec.OptionalType) else t
+    kind = values.dtype.kind
+    fits = (
+        (isinstance(core, spec.IntType) and kind in "iu")
+        or (isinstance(core, spec.FloatType) and kind in "iu")
+        or (isinstance(core, spec.FloatType) and kind == "f" and not np.isinf(values).any())
+        or (isinstance(core, spec.BoolType) and kind == "b")
+    )
+    if fits and not (values.isna().any() and not isinstance(t, spec.OptionalType)):
+        return {}
+    if isinstance(core, spec.IntType) and kind == "f":  # floats for an int field: as Fennel,
+        return {i: f"{v!r} (a float) is not an int"  # a type error, even for 5.0
+                for i, v in enumerate(values.tolist()) if not pd.isna(v)}  # fmt: skip
+    out = {}
+    for i, v in enumerate(values.tolist()):
+        problem = _check(json_value(v), t)
+        if problem:
+            out[i] = f"{v!r} {problem}"
+    return out
 
 
 def check_rows(ds: spec.DatasetSpec, df: pd.DataFrame) -> tuple[pd.DataFrame, list[BadRow]]:

@@ -294,3 +294,61 @@ def test_connectors_the_platform_cannot_read_are_declared_and_refused_by_name() 
         "FromAvro: sink http(h)", "FromAvro: source kafka(k)", "FromKinesis: sink snowflake(sf)",
         "FromKinesis: source kinesis(k)", "FromMySQL: source mysql(my_mysql)",
     ], named  # fmt: skip
+
+
+def test_the_mock_raises_on_rows_a_pipeline_cannot_produce_unless_told_not_to() -> None:
+    @source(WEBHOOK.endpoint("Amounts"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class Amounts:
+        uid: int = field(key=True)
+        amount: int
+        ts: datetime
+
+    @dataset(index=True)
+    class Halved:
+        uid: int = field(key=True)
+        amount: int
+        half: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Amounts)
+        def halve(cls, amounts):  # type: ignore[no-untyped-def]
+            return amounts.assign("half", int, lambda df: df["amount"] * 0.5)  # not an int
+
+    rows = pd.DataFrame({"uid": [1], "amount": [10], "ts": [T0]})
+    strict = MockClient()
+    strict.commit("m", datasets=[Amounts, Halved])
+    with pytest.raises(MockError, match="could not go through the pipelines"):
+        strict.log("fennel_webhook", "Amounts", rows)
+    lenient = MockClient(strict=False)
+    lenient.commit("m", datasets=[Amounts, Halved])
+    result = lenient.log("fennel_webhook", "Amounts", rows)
+    assert result.accepted == 1 and len(result.errors) == 1 and "half" in result.errors[0].reason
+
+
+def test_min_and_max_need_an_ordered_number_or_time() -> None:
+    from fennel_dagster.aggregate import Max
+    from fennel_dagster.window import Continuous
+
+    @source(WEBHOOK.endpoint("Zips"), disorder="14d", cdc="append")
+    @dataset
+    class Zips:
+        uid: int
+        zip: str
+        ts: datetime
+
+    with pytest.raises(DeclarationError, match="Max of 'zip' needs a number"):
+
+        @dataset
+        class Biggest:
+            uid: int = field(key=True)
+            max: str
+            ts: datetime
+
+            @pipeline
+            @inputs(Zips)
+            def agg(cls, zips):  # type: ignore[no-untyped-def]
+                return zips.groupby("uid").aggregate(
+                    max=Max(of="zip", window=Continuous("1d"), default="max")
+                )
