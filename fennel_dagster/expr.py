@@ -1,6 +1,6 @@
 """Expressions: ``from fennel_dagster.expr import col, lit, when`` (Fennel's ``fennel.expr``);
 ``Expr.typeof``/``eval`` answer as the commit's type checker and the pipelines' evaluator."""
 
-from fennel_dagster.declare.expr import Expr, InvalidExprException, col, lit, when
+from fennel_dagster.declare.expr import Expr, InvalidExprException, col, from_epoch, lit, when
 
-__all__ = ["Expr", "InvalidExprException", "col", "lit", "when"]
+__all__ = ["Expr", "InvalidExprException", "col", "from_epoch", "lit", "when"]

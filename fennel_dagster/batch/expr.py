@@ -171,6 +171,7 @@ _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "num.abs": lambda s, p: F.abs(s),
     "num.ceil": lambda s, p: F.ceil(s),
     "num.floor": lambda s, p: F.floor(s),
+    "num.from_epoch": lambda s, p: F.timestamp_micros(s * round(_UNIT[p[0]] * 1_000_000)),
     "num.round": lambda s, p: F.bround(s, int(p[0]) if p else 0),
     "num.sqrt": lambda s, p: F.sqrt(s.cast("double")),
     "num.log": lambda s, p: _log(s),

@@ -191,6 +191,7 @@ _STR, _INT, _BOOL, _TS = _is(spec.StringType), _is(spec.IntType), _is(spec.BoolT
 # what a namespace's functions are applied to, the exceptions first
 _RECEIVER: dict[str, tuple[Callable[[spec.DType], bool], str]] = {
     "str.json_extract": (lambda t: True, ""),
+    "num.from_epoch": (_INT, "an int"),
     "dt.strftime": (_is(spec.TimestampType, spec.DateType), "a datetime or date"),
     "str": (_STR, "a str"),
     "dt": (_TS, "a datetime"),
@@ -298,6 +299,7 @@ def _call_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
         "dt.hour": spec.IntType, "dt.minute": spec.IntType, "dt.second": spec.IntType,
         "dt.day_of_week": spec.IntType, "dt.since": spec.IntType, "dt.since_epoch": spec.IntType,
         "dt.strftime": spec.StringType, "num.ceil": spec.IntType, "num.floor": spec.IntType,
+        "num.from_epoch": spec.TimestampType,
         "num.sqrt": spec.FloatType, "num.log": spec.FloatType, "num.to_string": spec.StringType,
         "list.len": spec.IntType, "list.contains": spec.BoolType, "list.hasnull": spec.BoolType,
         "list.mean": lambda: spec.OptionalType(spec.FloatType()),

@@ -157,6 +157,12 @@ class Expr:
     def round(self, precision: int = 0) -> Expr:
         return self._call("num.round", precision)
 
+    def floor(self) -> Expr:
+        return self._call("num.floor")
+
+    def ceil(self) -> Expr:
+        return self._call("num.ceil")
+
     @property
     def list(self) -> _ListNs:
         return _ListNs(self)
@@ -335,6 +341,19 @@ class _StructNs(_Ns):
 
     def get(self, field: str) -> Expr:
         return self._c("get", field)
+
+
+_EPOCH_UNITS = ("second", "millisecond", "microsecond")
+
+
+def from_epoch(value: Any, unit: str = "second") -> Expr:
+    """Fennel's ``from_epoch(col("x"), unit="second")``: an int count since 1970 as a datetime."""
+    if unit not in _EPOCH_UNITS:
+        raise DeclarationError(
+            f"from_epoch: unit must be one of {', '.join(_EPOCH_UNITS)}, got {unit!r}"
+        )
+    e = value if isinstance(value, Expr) else lit(value)
+    return e._call("num.from_epoch", unit)
 
 
 def col(name: str) -> Expr:

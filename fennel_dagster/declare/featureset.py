@@ -196,6 +196,9 @@ def featureset(cls: type) -> type:
     ns: dict[str, Any] = {
         k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")
     }
+    for k, v in list(ns.items()):  # as in Fennel: Features.fn(Features, ts, ...) in unit tests
+        if hasattr(getattr(v, "__func__", v), "__fennel_extractor__"):
+            ns[k] = getattr(v, "__func__", v)
     features: dict[str, Feature] = {}
     for n in own:
         decl = cls.__dict__.get(n)

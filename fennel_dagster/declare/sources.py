@@ -84,13 +84,17 @@ class S3(_Connection):
         path: str | None = None,
         format: str = "csv",  # noqa: A002
         delimiter: str | None = None,
+        spread: str | None = None,
     ) -> Connector:
+        """``spread`` (Fennel's, with a dated ``path``): how far a file's rows may lie from
+        its path's date. Recorded; the poller reads every matching file, so it needs none."""
         if (prefix is None) == (path is None):
             raise DeclarationError(
                 f"S3 {self.name}.bucket({bucket_name!r}): give exactly one of prefix= or path="
             )
         cfg = {"bucket": bucket_name, "prefix": prefix, "path": path, "format": format,
-               "delimiter": delimiter}  # fmt: skip
+               "delimiter": delimiter,
+               "spread": duration(spread, f"S3 {self.name} spread") if spread else None}  # fmt: skip
         return Connector("s3", self.name, {**self.options, **cfg})
 
 

@@ -123,6 +123,7 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "dt.since_epoch": lambda s, p: ((s - pd.Timestamp(0, tz="UTC")).dt.total_seconds() / _UNIT[p[0] if p else "second"]).floordiv(1).astype("Int64"),
     "dt.strftime": lambda s, p: _wall(s, p, 1).dt.strftime(p[0]),
     "num.abs": lambda s, p: s.abs(),
+    "num.from_epoch": lambda s, p: pd.to_datetime(s.astype("Int64") * round(_UNIT[p[0]] * 1_000_000), unit="us", utc=True),
     "num.ceil": lambda s, p: np.ceil(s).astype("Int64"),
     "num.floor": lambda s, p: np.floor(s).astype("Int64"),
     "num.round": lambda s, p: s.round(int(p[0]) if p else 0),

@@ -101,6 +101,8 @@ class QueryExecutor:
             raise ExtractorError(
                 f"{where} must return a DataFrame with columns {list(ex.outputs)}, got {type(result).__name__}"
             )
+        qualified = {f"{fs.name}.{o}": o for o in ex.outputs}  # str(cls.feature) works too
+        result = result.rename(columns={c: qualified[c] for c in result.columns if c in qualified})
         missing = [o for o in ex.outputs if o not in result.columns]
         if missing or len(result) != len(frame):
             raise ExtractorError(

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from fennel_dagster.batch.expr import REFUSED, SparkUnsupported, java_pattern, spark_type, to_column
-from fennel_dagster.expr import Expr, col, lit, when
+from fennel_dagster.expr import Expr, col, from_epoch, lit, when
 from fennel_dagster.ops.expr import FUNCTIONS, evaluate
 from fennel_dagster.wire import spec
 
@@ -73,6 +73,9 @@ CASES: dict[str, Expr] = {
     "dt.hour in Kathmandu": t.dt.with_tz(timezone="Asia/Kathmandu").hour,
     "dt.day in US/Eastern": t.dt.with_tz(timezone="US/Eastern").day,
     "dt.strftime in US/Eastern": t.dt.with_tz(timezone="US/Eastern").strftime("%Y/%m/%d %H:%M"),
+    "num.from_epoch": from_epoch(j * 86400 * 400, unit="second"),
+    "num.from_epoch in ms": from_epoch(i * 3_600_000, unit="millisecond"),
+    "num.floor of x": x.floor(),
     "num.abs": x.abs(), "num.ceil": x.num.ceil(), "num.floor": x.num.floor(),
     "num.round": (x * 1.0).round(0), "num.sqrt": j.num.sqrt(), "num.log": j.num.log(),
     "num.to_string": i.num.to_string(),

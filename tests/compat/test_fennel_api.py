@@ -352,3 +352,31 @@ def test_min_and_max_need_an_ordered_number_or_time() -> None:
                 return zips.groupby("uid").aggregate(
                     max=Max(of="zip", window=Continuous("1d"), default="max")
                 )
+
+
+def test_extractors_are_plain_functions_on_the_featureset_and_may_name_outputs_in_full() -> None:
+    from fennel_dagster import extractor, outputs
+
+    @featureset
+    class Ages:
+        age: int
+        age_squared: int
+        is_adult: bool
+
+        @extractor
+        @inputs("age")
+        @outputs("age_squared", "is_adult")
+        def squares(cls, ts: pd.Series, age: pd.Series):  # type: ignore[no-untyped-def]
+            df = pd.concat([age**2, age >= 18], axis=1)
+            df.columns = [str(cls.age_squared), str(cls.is_adult)]  # "Ages.age_squared", ...
+            return df
+
+    # a unit test of the extractor alone, as Fennel's docs write it
+    direct = Ages.squares(Ages, pd.Series([T0, T0]), pd.Series([32, 12]))
+    assert direct["Ages.age_squared"].tolist() == [1024, 144]
+    client = MockClient()
+    client.commit("ages", featuresets=[Ages])
+    out = client.query([Ages.age], [Ages.age_squared, Ages.is_adult],
+                       input_dataframe=pd.DataFrame({"Ages.age": [32, 12]}))  # fmt: skip
+    assert out["Ages.age_squared"].tolist() == [1024, 144]
+    assert out["Ages.is_adult"].tolist() == [True, False]
