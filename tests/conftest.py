@@ -52,4 +52,3 @@ def kafka_admin(live_stack: Settings) -> Iterator[object]:
     from confluent_kafka.admin import AdminClient
 
     yield AdminClient({"bootstrap.servers": live_stack.kafka_servers})
-

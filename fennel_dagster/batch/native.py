@@ -1,9 +1,9 @@
 """Continuous-window aggregates as native Spark window functions: the fast path of a backfill.
 
 A continuous aggregate emits, per event, the aggregates of its key's events with time in
-``(t - duration, t]`` (``forever``: all up to ``t``), ties at ``t`` included: exactly a Spark
-window partitioned by the key, ordered by event time in microseconds, with the range frame
-``[t - duration + 1us, t]``. Count, sum, avg, min and max over int or float columns run so,
+``[t - duration, t]`` (``forever``: all up to ``t``), both ends included as in Fennel:
+exactly a Spark window partitioned by the key, ordered by event time in microseconds, with
+the range frame ``[t - duration, t]``. Count, sum, avg, min and max over int or float columns run so,
 in the JVM, with no Python per row; any other aggregation (or a decimal column) keeps the
 node on the engine's operator code (``batch.pipeline``). ``tests/batch`` proves both paths
 equal to the mock.
@@ -60,7 +60,7 @@ def continuous(
         if a.window.kind == "forever" or a.window.duration is None:
             frame = base.rangeBetween(Window.unboundedPreceding, 0)
         else:
-            frame = base.rangeBetween(-(a.window.duration * 1_000_000 - 1), 0)
+            frame = base.rangeBetween(-(a.window.duration * 1_000_000), 0)
         int_sum = a.kind == "sum" and isinstance(base_type(fields_out_types[a.into]), spec.IntType)
         value = _agg(a, exact=int_sum).over(frame)
         empty = _empty(a)

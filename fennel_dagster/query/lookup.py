@@ -12,6 +12,7 @@ import pandas as pd
 
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops import aggregate, index
+from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.state import StateReader
 from fennel_dagster.wire import plan, spec
 
@@ -46,8 +47,9 @@ def lookup_state(
         return index.lookup(state, ds, keys, ts, fields)
     values, found = aggregate.lookup_aggregate(state, serves.scope, serves.node, keys, ts)
     out = keys.copy()
-    for c in values.columns:
-        out[c] = values[c]
+    types = {f.name: f.dtype for f in ds.fields}
+    for c in values.columns:  # as the dataset declares them: a Min of ints is an int
+        out[c] = astype(values[c], types[c]) if c in types else values[c]
     out[ds.timestamp] = ts.to_numpy()
     wanted = [f.name for f in ds.fields if fields is None or f.name in fields]
     return out[wanted], found

@@ -34,7 +34,7 @@ def reference_spend(uid: int, at: pd.Timestamp, days: int = 7) -> float:
     """Recompute spend_7d from the raw events with plain pandas (an independent oracle)."""
     rate = {"EUR": 1.0, "GBP": 1.17, "USD": 0.92}
     t = EVENTS.transactions
-    mine = t[(t.uid == uid) & (t.ts > at - pd.Timedelta(days=days)) & (t.ts <= at)]
+    mine = t[(t.uid == uid) & (t.ts >= at - pd.Timedelta(days=days)) & (t.ts <= at)]
     return float((mine.amount * mine.currency.map(rate)).sum())
 
 

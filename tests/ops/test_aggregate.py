@@ -73,12 +73,14 @@ def test_continuous_window_is_exact_at_its_boundary() -> None:
     )
     state, _ = run(p, [events([(1, 10.0, 0), (1, 5.0, 1), (1, 1.0, 2)])])
     assert lookup(state, p, 1, 2) == {
-        "s": 6.0,
-        "n": 2,
+        "s": 16.0,
+        "n": 3,
         "found": True,
-    }  # (0h, 2h]: the 1h and 2h events
+    }  # [0h, 2h]: both ends included, as in Fennel
+    assert lookup(state, p, 1, 2.001) == {"s": 6.0, "n": 2, "found": True}  # the 0h one left
     assert lookup(state, p, 1, 1.999) == {"s": 15.0, "n": 2, "found": True}
-    assert lookup(state, p, 1, 4) == {"s": 0, "n": 0, "found": True}  # expired, key still known
+    assert lookup(state, p, 1, 4) == {"s": 1.0, "n": 1, "found": True}  # 2h: at the edge
+    assert lookup(state, p, 1, 4.001) == {"s": 0, "n": 0, "found": True}  # expired, key known
     assert lookup(state, p, 2, 4)["found"] is False
 
 

@@ -1,6 +1,6 @@
 """Tiled continuous aggregation equals the definition, computed naively from the raw events.
 
-The value at ``t`` aggregates exactly the key's events with time in ``(t - duration, t]``
+The value at ``t`` aggregates exactly the key's events with time in ``[t - duration, t]``
 (``forever``: all up to ``t``), whatever the arrival order and batching. Float sums, means and
 standard deviations are compared with a tolerance (their rounding depends on summation order);
 everything else, integer sums included, exactly.
@@ -93,7 +93,7 @@ def _tag(v: Any) -> str:
 def reference(agg: spec.AggSpec, events: list[Event], uid: int, t: int) -> Any:
     """``agg`` of ``uid`` at ``t`` straight from the definition (ties: storage order)."""
     d = agg.window.duration
-    inside = [e for e in events if e[0] == uid and e[3] <= t and (d is None or e[3] > t - d * US)]
+    inside = [e for e in events if e[0] == uid and e[3] <= t and (d is None or e[3] >= t - d * US)]
     inside.sort(key=lambda e: (e[3], content_seq({"amount": e[1], "qty": e[2], "_k": [uid]})))
     col = {"amount": 1, "qty": 2}.get(agg.of or "")
     vals = [1 if col is None else e[col] for e in inside]

@@ -14,7 +14,7 @@ State of a continuous (or ``forever``) aggregate, two namespaces:
   else JSON (the formats: ``codec.py``).
 
 Exactness. The value at time ``t`` aggregates exactly the key's events with event time in
-``(t - duration, t]`` (``forever``: all up to ``t``), whatever order and batching they arrived
+``[t - duration, t]`` (both ends, as in Fennel; ``forever``: all up to ``t``), whatever order and batching they arrived
 in; a late event inside the source's ``disorder`` changes every later lookup, while rows
 already emitted are not retracted. The window is assembled as raw events of the partial tile
 at each end plus whole tiles in between (``tiles.plan``): a continuous window of duration

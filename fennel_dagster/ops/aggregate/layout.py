@@ -55,4 +55,4 @@ class Layout:
 def lows(w: tuple[str, int | None], hi: np.ndarray) -> np.ndarray:
     if w[0] == "forever":
         return np.full(len(hi), tiles.NEG_INF, dtype=np.int64)
-    return hi - (w[1] or 0) * US + 1
+    return hi - (w[1] or 0) * US  # [t - duration, t]: both ends included, as in Fennel
