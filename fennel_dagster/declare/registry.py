@@ -12,10 +12,6 @@ def register(ds: spec.DatasetSpec) -> None:
     _DATASETS[ds.name] = ds
 
 
-def get(name: str) -> spec.DatasetSpec | None:
-    return _DATASETS.get(name)
-
-
 def dataset_keys(name: str) -> tuple[str, ...]:
     ds = _DATASETS.get(name)
     if ds is None:
