@@ -14,7 +14,7 @@ import threading
 from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 from dagster_graphql import DagsterGraphQLClient
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import branches, requests
 from fennel_dagster.commit.catalog import asset_path
 from fennel_dagster.metadata.db import connect
@@ -36,7 +36,7 @@ class CommitConfig(Config):  # type: ignore[misc]
 def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: ignore[type-arg]
     settings = context.resources.fennel.settings()
     # a backfill runs on the run's dagster-pyspark session (started only if one is needed)
-    with Client(settings, spark=lambda: context.resources.pyspark.spark_session) as client:
+    with LocalClient(settings, spark=lambda: context.resources.pyspark.spark_session) as client:
         request_id = config.request_id
 
         # a backfill's progress, to the run's log and the waiting client; Spark's progress
@@ -83,7 +83,7 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
 
 def record_materializations(
     context: OpExecutionContext,
-    client: Client,
+    client: LocalClient,
     result: dict,  # type: ignore[type-arg]
 ) -> None:
     """Every dataset and featureset the branch now has is materialised by this commit (so

@@ -2,7 +2,7 @@
 
 The asset graph is the feature graph: a dataset depends on the datasets its pipelines read
 and join, a featureset on the datasets its extractors look up. Materialising any selection
-of a branch runs the two-ledger commit of that branch's definitions (``Client.commit_spec``:
+of a branch runs the two-ledger commit of that branch's definitions (``LocalClient.commit_spec``:
 idempotent — assets already in place are kept, missing ones are created).
 """
 
@@ -30,7 +30,7 @@ from dagster import (
     multi_asset,
 )
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import branches
 from fennel_dagster.commit.catalog import (
     BranchCatalog,
@@ -192,7 +192,7 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
     def commit_branch(context: AssetExecutionContext) -> Iterator[MaterializeResult]:
         settings = context.resources.fennel.settings()
         t0 = time.monotonic()
-        with Client(settings, branch=branch) as client:
+        with LocalClient(settings, branch=branch) as client:
             with client.conn.transaction():
                 committed = branches.checkout(client.conn, branch)
             if committed is None:

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.stream_bench import Engine, count_committed, tree_cpu
 from examples.payments.datasets import DATASETS
 from fennel_dagster.batch.pipeline import SparkPipeline
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import dumps
@@ -138,7 +138,7 @@ def engine_backfill(base: Settings, n: int) -> dict[str, float]:
     admin = AdminClient({"bootstrap.servers": s.kafka_servers})
     for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         f.result(30)
-    with Client(s) as client:
+    with LocalClient(s) as client:
         client.commit_spec(_with_topic(commit_spec("bench", DATASETS, []), topic))
         users = pd.DataFrame({"uid": range(USERS), "country": "DE",
                               "signup_at": T0 - timedelta(days=30),

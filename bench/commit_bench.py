@@ -19,7 +19,7 @@ from pathlib import Path
 
 from examples.payments import DATASETS, FEATURESETS
 from fennel_dagster import commit_spec, dataset, meta, source
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Webhook
@@ -49,7 +49,7 @@ def run_once() -> dict[str, float]:
     schema = f"bench{uuid.uuid4().hex[:8]}"
     settings = Settings(pg_schema=schema, namespace=schema)
     results: dict[str, float] = {}
-    with Client(settings) as client:
+    with LocalClient(settings) as client:
         first = commit_spec("v1", DATASETS, FEATURESETS)
         results["example: create"] = timed(lambda: client.commit_spec(first))
         results["example: no-op"] = timed(

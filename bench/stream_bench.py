@@ -35,7 +35,7 @@ import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings, get_settings
 
@@ -169,8 +169,8 @@ def commit_repo(s: Settings, repo: str, topic: str, code: Path | None) -> str:
         f"spec = importlib.util.spec_from_file_location('stream_repos', {str(ROOT / 'bench' / 'stream_repos.py')!r})\n"
         "mod = importlib.util.module_from_spec(spec); sys.modules['stream_repos'] = mod\n"
         "spec.loader.exec_module(mod)\n"
-        "from fennel_dagster.client import Client\n"
-        f"Client().commit('bench', datasets=mod.REPOS[{repo!r}]({topic!r}))\n"
+        "from fennel_dagster.client import LocalClient\n"
+        f"LocalClient().commit('bench', datasets=mod.REPOS[{repo!r}]({topic!r}))\n"
     )  # fmt: skip
     env = {**os.environ, **s.as_env(), **_pythonpath(code)}
     res = subprocess.run([sys.executable, "-c", script], cwd=code or ROOT, env=env,
@@ -225,7 +225,7 @@ def baseline_checkout(rev: str) -> Path:
 
 def probe(
     s: Settings,
-    client: Client,
+    client: LocalClient,
     topic: str,
     uid: int,
     timeout: float = 60,
@@ -278,7 +278,7 @@ def main() -> None:
     src2 = f"{name}.engine-events"
     for f in admin.create_topics([NewTopic(src2, 1, 1)]).values():
         f.result(30)
-    client = Client(s)
+    client = LocalClient(s)
     out_topic = commit_repo(s, "keyless", src2, None)
     engine = Engine(s)
     engine.start()

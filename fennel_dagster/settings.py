@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     spark_master: str = "local[*]"
     spark_jars_dir: Path | None = None  # default: home/jars/spark
 
+    # Query servers (`fennel-dagster serve`)
+    serve_port: int = 58080
+
     # Dagster
     dagster_home: Path | None = None  # default: home/dagster
     dagster_port: int = 3000

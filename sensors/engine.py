@@ -40,8 +40,9 @@ from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
-from fennel_dagster.metadata import registry
+from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.migrate import migrate
 from fennel_dagster.settings import Settings
 from resources import FennelSettings
 from sensors import unreachable
@@ -100,8 +101,15 @@ def serve_lookups(
 ) -> threading.Thread:
     """This run's lookup endpoint, registered as an endpoint-only engine (id ``run:...``)."""
     followers = Followers(lambda j, p: state_path(settings, home, j.name, p))
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        migrate(conn)
+        secret = tokens.service_secret(conn)
     server = serve(
-        settings.host, 0, lambda h, p: job if (h, p) == (job.hash, partition) else None, followers
+        settings.host,
+        0,
+        lambda h, p: job if (h, p) == (job.hash, partition) else None,
+        followers,
+        secret,
     )
     address = f"{settings.host}:{server.server_address[1]}"
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.dagster_home import prepare_dagster_home
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def drop_platform(s: Settings) -> None:
     """Destroy every branch's physical assets, then the metadata schema itself."""
-    with Client(s) as client:
+    with LocalClient(s) as client:
         client.recover()
         for branch in client.list_branches():
             client.delete_branch(branch)

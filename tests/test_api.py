@@ -1,4 +1,4 @@
-"""Client and MockClient implement one interface: same methods, parameters and return types."""
+"""LocalClient and MockClient implement one interface: same methods, parameters and return types."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from fennel_dagster.api import FeatureClient
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.mock import MockClient
 
 # parameters only the platform has: which branch, and how long to wait on the network
@@ -22,8 +22,8 @@ def _params(cls: type, name: str) -> list[tuple[str, object]]:
 
 @pytest.mark.parametrize("name", ["commit", "lookup", "query"])
 def test_both_clients_take_the_same_parameters(name: str) -> None:
-    assert _params(Client, name) == _params(MockClient, name)
-    assert _params(Client, name)[: len(_params(FeatureClient, name))] == _params(
+    assert _params(LocalClient, name) == _params(MockClient, name)
+    assert _params(LocalClient, name)[: len(_params(FeatureClient, name))] == _params(
         FeatureClient, name
     )
 
@@ -31,10 +31,10 @@ def test_both_clients_take_the_same_parameters(name: str) -> None:
 @pytest.mark.parametrize("name", ["lookup", "query", "log"])
 def test_both_clients_return_the_same_types(name: str) -> None:
     want = inspect.signature(getattr(FeatureClient, name)).return_annotation
-    assert inspect.signature(getattr(Client, name)).return_annotation == want
+    assert inspect.signature(getattr(LocalClient, name)).return_annotation == want
     assert inspect.signature(getattr(MockClient, name)).return_annotation == want
 
 
 def test_the_mock_is_a_feature_client() -> None:
     assert isinstance(MockClient(), FeatureClient)
-    assert all(callable(getattr(Client, m)) for m in ("commit", "log", "lookup", "query"))
+    assert all(callable(getattr(LocalClient, m)) for m in ("commit", "log", "lookup", "query"))

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from examples.payments.datasets import DATASETS
     from examples.payments.events import generate
     from examples.payments.featuresets import FEATURESETS
-    from fennel_dagster.client import Client
+    from fennel_dagster.client import LocalClient
     from fennel_dagster.stack import up
 
     settings = get_settings().with_(partitions=args.partitions)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with Client(settings, via_dagster=True) as client:
+        with LocalClient(settings, via_dagster=True) as client:
             print("committing examples/payments through Dagster ...", flush=True)
             client.commit("payments example", datasets=DATASETS, featuresets=FEATURESETS)
             client.via_dagster = False

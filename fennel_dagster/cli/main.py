@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fennel_dagster.cli import backfill, demo, dev, engine, settings, stack
+from fennel_dagster.cli import backfill, demo, dev, engine, serve, settings, stack
 from fennel_dagster.stack.process import StackError
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack.register(sub)
     dev.register(sub)
     engine.register(sub)
+    serve.register(sub)
     backfill.register(sub)
     demo.register(sub)
     settings.register(sub)

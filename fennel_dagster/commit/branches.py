@@ -68,12 +68,18 @@ def delete_branch(
 
 def checkout(conn: psycopg.Connection, name: str) -> spec.CommitSpec | None:
     """The branch's committed graph (None for an empty branch)."""
-    commit_id = head(conn, name)
+    return checkout_commit(conn, head(conn, name), name)
+
+
+def checkout_commit(
+    conn: psycopg.Connection, commit_id: int | None, branch: str = ""
+) -> spec.CommitSpec | None:
+    """The graph of commit ``commit_id`` (None: an empty branch)."""
     if commit_id is None:
         return None
     wire = commits.commit_wire(conn, commit_id)
     if wire is None:
-        raise BranchNotFoundError(f"branch {name!r} points at a missing commit {commit_id}")
+        raise BranchNotFoundError(f"branch {branch!r} points at a missing commit {commit_id}")
     value = decode(wire)
     assert isinstance(value, spec.CommitSpec)
     return value

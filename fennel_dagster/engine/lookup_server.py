@@ -3,11 +3,14 @@
 ``POST /lookup`` with ``{"job": <job hash>, "partition": p, "keys": [{...}],
 "timestamps": [iso...], "fields": [...] | null}`` answers ``{"rows": [...], "found": [...]}``
 from a read-only secondary RocksDB instance that follows the runner's hangar. ``GET /metrics``
-is this process's Prometheus metrics.
+is this process's Prometheus metrics. Lookups must carry the platform's service credential
+(``X-Fennel-Service``, from the metadata store): users reach data only through the query
+servers, which check their tokens.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import tempfile
@@ -21,6 +24,7 @@ import pandas as pd
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.lookup_client import SERVICE_HEADER
 from fennel_dagster.engine.lookups import answer
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.rows import to_records
@@ -71,8 +75,10 @@ def serve(
     port: int,
     jobs: Callable[[str, int], JobRow | None],
     followers: Followers,
+    secret: str,
 ) -> ThreadingHTTPServer:
-    """Start the endpoint in a daemon thread; ``jobs(hash, p)`` is the owned job or None."""
+    """Start the endpoint in a daemon thread; ``jobs(hash, p)`` is the owned job or None;
+    ``secret`` is the service credential every lookup must present."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:  # quiet
@@ -102,6 +108,13 @@ def serve(
         def do_POST(self) -> None:
             if self.path != "/lookup":
                 self._reply(404, {"error": f"no such endpoint {self.path}"})
+                return
+            given = self.headers.get(SERVICE_HEADER, "")
+            if not hmac.compare_digest(given.encode(), secret.encode()):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._reply(401 if not given else 403, {
+                    "error": "engine lookups need the platform's service credential; "
+                    "query through a query server (`fennel-dagster serve`) instead"})  # fmt: skip
                 return
             try:
                 req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

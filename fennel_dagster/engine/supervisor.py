@@ -31,7 +31,7 @@ from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
-from fennel_dagster.metadata import registry
+from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
 from fennel_dagster.metadata.registry import JobRow
@@ -196,7 +196,10 @@ class Supervisor:
         self.followers = Followers(
             lambda j, p: state_path(self.settings, self.engine_id, j.name, p)
         )
-        self.server = serve(self.settings.host, self.settings.engine_port, owned, self.followers)
+        secret = tokens.service_secret(self._conn)
+        self.server = serve(
+            self.settings.host, self.settings.engine_port, owned, self.followers, secret
+        )
         self.address = f"{self.settings.host}:{self.server.server_address[1]}"
 
     def serve(self) -> None:

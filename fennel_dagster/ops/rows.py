@@ -52,7 +52,7 @@ def json_value(v: Any) -> Any:
     return v
 
 
-def _json_column(col: pd.Series) -> list[Any]:
+def json_column(col: pd.Series) -> list[Any]:
     """``[json_value(v) for v in col]``, vectorised for the common dtypes (same output)."""
     dtype = col.dtype
     if isinstance(dtype, pd.DatetimeTZDtype) or dtype.kind == "M":
@@ -81,7 +81,7 @@ def _json_column(col: pd.Series) -> list[Any]:
 
 def to_records(df: pd.DataFrame, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
     cols = list(columns) if columns is not None else list(df.columns)
-    data = [_json_column(df[c]) for c in cols]
+    data = [json_column(df[c]) for c in cols]
     return (
         [dict(zip(cols, row, strict=True)) for row in zip(*data, strict=True)]
         if cols

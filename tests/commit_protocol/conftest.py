@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata.db import connect
 from tests.commit_protocol.scenario import settings_for
 
@@ -15,7 +15,7 @@ def schema(live_stack: object) -> Iterator[str]:
     """A metadata schema and topic namespace of this test's own."""
     name = f"t{uuid.uuid4().hex[:10]}"
     yield name
-    with Client(settings_for(name)) as client:
+    with LocalClient(settings_for(name)) as client:
         client.recover()
         for branch in client.list_branches():
             client.delete_branch(branch)
@@ -25,6 +25,6 @@ def schema(live_stack: object) -> Iterator[str]:
 
 
 @pytest.fixture
-def client(schema: str) -> Iterator[Client]:
-    with Client(settings_for(schema)) as c:
+def client(schema: str) -> Iterator[LocalClient]:
+    with LocalClient(settings_for(schema)) as c:
         yield c

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine import statedir
 
 
-def assert_invariants(client: Client, state_dir: bool = True) -> None:
+def assert_invariants(client: LocalClient, state_dir: bool = True) -> None:
     """``state_dir=False``: a test keeps a deleted job's local state on purpose."""
     conn = client.conn
     with conn.transaction():
@@ -77,14 +77,14 @@ def assert_invariants(client: Client, state_dir: bool = True) -> None:
         assert not stale, f"local state of jobs not in the registry: {stale[:5]} ({len(stale)})"
 
 
-def _stale_state(client: Client, jobs: set[str]) -> list[str]:
+def _stale_state(client: LocalClient, jobs: set[str]) -> list[str]:
     root = client.settings.state_path
     engines = [e for e in root.iterdir() if e.is_dir()] if root.is_dir() else []
     return [str(path.relative_to(root)) for e in engines
             for job, _, path in statedir.partitions(e) if job not in jobs]  # fmt: skip
 
 
-def _prefix_specs(client: Client, referenced: dict[str, str]) -> set[str]:
+def _prefix_specs(client: LocalClient, referenced: dict[str, str]) -> set[str]:
     with client.conn.transaction():
         rows = client.conn.execute(
             "SELECT DISTINCT a.spec->>'bucket_prefix' FROM refs r JOIN assets a USING (hash) "
@@ -93,7 +93,7 @@ def _prefix_specs(client: Client, referenced: dict[str, str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def topics_of_head(client: Client, branch: str) -> set[str]:
+def topics_of_head(client: LocalClient, branch: str) -> set[str]:
     with client.conn.transaction():
         rows = client.conn.execute(
             "SELECT a.name FROM branches b JOIN commits c ON c.id = b.head JOIN assets a ON a.hash = ANY(c.hashes) "

@@ -9,7 +9,7 @@ from typing import Any
 
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Sum
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous
@@ -73,7 +73,7 @@ def settings_for(schema: str) -> Settings:
 def main() -> None:
     """``python -m tests.commit_protocol.scenario SCHEMA BRANCH GRAPH``: one commit, for crash tests."""
     schema, branch, name = sys.argv[1:4]
-    with Client(settings_for(schema), branch=branch) as client:
+    with LocalClient(settings_for(schema), branch=branch) as client:
         out = client.commit(f"commit {name} from pid {os.getpid()}", GRAPHS[name]())
         print(f"committed {out.commit_id}")  # type: ignore[union-attr]
 

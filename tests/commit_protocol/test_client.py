@@ -1,4 +1,4 @@
-"""The Client's surface against the real services: preview, rejection, clones, checkout."""
+"""The LocalClient's surface against the real services: preview, rejection, clones, checkout."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.errors import CommitRejected
 from fennel_dagster.commit.protocol import StaleBranchError, commit
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.services
 
 
 def test_preview_prints_the_diff_and_creates_nothing(
-    client: Client, schema: str, capsys: pytest.CaptureFixture[str]
+    client: LocalClient, schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = client.commit("v1", GRAPHS["v1"](), preview=True)
     assert isinstance(d, BlueprintDiff) and d.create and not d.reuse and not d.release
@@ -33,7 +33,7 @@ def test_preview_prints_the_diff_and_creates_nothing(
 
 
 def test_a_rejected_commit_lists_every_error_and_changes_nothing(
-    client: Client, schema: str
+    client: LocalClient, schema: str
 ) -> None:
     client.commit("v1", GRAPHS["v1"]())
     with client.conn.transaction():
@@ -51,7 +51,7 @@ def test_a_rejected_commit_lists_every_error_and_changes_nothing(
     assert_invariants(client)  # and Kafka/S3 hold exactly the referenced assets
 
 
-def test_clone_copies_references_only_and_branches_diverge(client: Client, schema: str) -> None:
+def test_clone_copies_references_only_and_branches_diverge(client: LocalClient, schema: str) -> None:
     client.commit("v1", GRAPHS["v1"]())
 
     def bank_size() -> int:
@@ -70,7 +70,7 @@ def test_clone_copies_references_only_and_branches_diverge(client: Client, schem
     assert topics_of_head(client, "main") <= client.physical.topics(f"{schema}.")
 
 
-def test_incremental_commit_keeps_what_it_does_not_mention(client: Client) -> None:
+def test_incremental_commit_keeps_what_it_does_not_mention(client: LocalClient) -> None:
     t, s, u = GRAPHS["v2+u"]()
     client.commit("v2", [t, s])
     client.commit("add U", [u], incremental=True)
@@ -78,7 +78,7 @@ def test_incremental_commit_keeps_what_it_does_not_mention(client: Client) -> No
     assert_invariants(client)
 
 
-def test_a_commit_against_a_stale_head_fails_with_the_fix(client: Client) -> None:
+def test_a_commit_against_a_stale_head_fails_with_the_fix(client: LocalClient) -> None:
     client.commit("v1", GRAPHS["v1"]())
     result = client.server.process_spec(commit_spec("v2", GRAPHS["v2"]()), client.checkout("main"))
     with pytest.raises(

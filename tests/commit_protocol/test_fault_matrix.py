@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import crashpoints
 from fennel_dagster.commit.physical import AssetStoreError, PhysicalAssets
 from fennel_dagster.commit.protocol import MetadataUnavailableError
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.services
 REPO = Path(__file__).resolve().parents[2]
 
 
-def prepare(client: Client) -> set[str]:
+def prepare(client: LocalClient) -> set[str]:
     client.commit("v1", GRAPHS["v1"]())
     client.clone_branch("exp")
     client.commit("v2 on exp", GRAPHS["v2"](), branch="exp")
@@ -52,7 +52,7 @@ POINTS = [p for p in crashpoints.POINTS if p != "after_recovery"] + ["after_crea
 
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_at_every_point_recovers_to_old_or_new_graph(
-    client: Client, schema: str, point: str
+    client: LocalClient, schema: str, point: str
 ) -> None:
     old_topics = prepare(client)
     with client.conn.transaction():
@@ -86,11 +86,11 @@ def test_crash_at_every_point_recovers_to_old_or_new_graph(
 
 
 def test_kafka_unavailable_fails_clearly_and_leaves_no_stray_asset(
-    client: Client, schema: str
+    client: LocalClient, schema: str
 ) -> None:
     prepare(client)
     dead = settings_for(schema).model_copy(update={"kafka_bootstrap": "127.0.0.1:1"})
-    with Client(dead) as broken:
+    with LocalClient(dead) as broken:
         broken.physical = PhysicalAssets(dead, attempts=2)
         with pytest.raises(
             AssetStoreError,
@@ -103,10 +103,10 @@ def test_kafka_unavailable_fails_clearly_and_leaves_no_stray_asset(
 
 
 def test_dropped_postgres_connection_fails_clearly_and_recovery_cleans_up(
-    client: Client, schema: str
+    client: LocalClient, schema: str
 ) -> None:
     prepare(client)
-    with Client(settings_for(schema)) as victim:
+    with LocalClient(settings_for(schema)) as victim:
         backend = victim.conn.info.backend_pid
 
         def drop_connection() -> None:
@@ -127,7 +127,7 @@ def test_dropped_postgres_connection_fails_clearly_and_recovery_cleans_up(
     assert {d.name for d in client.checkout("main").datasets} == {"S", "T"}  # type: ignore[union-attr]
 
 
-def test_two_processes_committing_to_one_branch_lose_no_update(client: Client, schema: str) -> None:
+def test_two_processes_committing_to_one_branch_lose_no_update(client: LocalClient, schema: str) -> None:
     prepare(client)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [

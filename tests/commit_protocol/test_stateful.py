@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit.errors import CommitRejected
 from fennel_dagster.metadata.db import connect
 from tests.commit_protocol.invariants import assert_invariants
@@ -25,7 +25,7 @@ class BranchesMachine(RuleBasedStateMachine):
     @initialize(target=branches)
     def start(self) -> str:
         self.schema = f"t{uuid.uuid4().hex[:10]}"
-        self.client = Client(settings_for(self.schema))
+        self.client = LocalClient(settings_for(self.schema))
         self.model: dict[str, str | None] = {"main": None}
         return "main"
 

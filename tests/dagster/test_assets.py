@@ -11,7 +11,7 @@ from dagster import AssetKey, materialize
 from assets.datasets import branch_assets, expectation_checks, source_specs
 from examples.payments.datasets import DATASETS
 from examples.payments.featuresets import FEATURESETS
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import catalog
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.metadata.db import connect
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.services
 @pytest.fixture
 def committed(live_stack: Settings, unique_name: str) -> Iterator[Settings]:
     s = live_stack.with_(pg_schema=unique_name, namespace=unique_name, partitions=1)
-    with Client(s) as c:
+    with LocalClient(s) as c:
         c.commit("payments v1", datasets=DATASETS, featuresets=FEATURESETS)
     yield s
     drop_platform(s)

@@ -17,7 +17,7 @@ from dagster_graphql.client.utils import DagsterGraphQLClientError
 
 from examples.payments.datasets import DATASETS
 from examples.payments.featuresets import FEATURESETS
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.dagster_home import prepare_dagster_home
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.metadata.db import connect
@@ -70,7 +70,7 @@ def test_client_commit_through_the_commit_sensor_makes_the_assets_appear(
 ) -> None:
     s = dagster_dev
     t0 = time.monotonic()
-    with Client(s, via_dagster=True) as client:
+    with LocalClient(s, via_dagster=True) as client:
         result = client.commit("payments v1", datasets=DATASETS, featuresets=FEATURESETS)
     assert isinstance(result, dict) and result["created"] and result["branch"] == "main"
     deadline = time.monotonic() + 60

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.runner import Runner
 from fennel_dagster.engine.supervisor import _runner_main
@@ -28,7 +28,7 @@ from tests.engine import repo
 
 
 def commit(settings: Settings, datasets: list[Any]) -> dict[str, JobRow]:
-    with Client(settings) as c:
+    with LocalClient(settings) as c:
         c.commit("engine test", datasets=datasets)
     with connect(settings, settings.pg_schema) as conn:
         return {f"{j.kind}:{j.spec.dataset.name}": j for j in list_jobs(conn)}

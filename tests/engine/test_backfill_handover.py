@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit.errors import BackfillRefused
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.lookups import answer, partitions_of
@@ -66,7 +66,7 @@ def test_a_commit_back_fills_a_new_aggregate_on_spark_and_hands_over_to_the_stre
         table = OfflineTable(s, txn.spec.table)
         wait_for(lambda: len(table_rows(table)) >= 400, 90, "Txn's history in its table")
 
-        with Client(s, on_progress=lines.append) as client:
+        with LocalClient(s, on_progress=lines.append) as client:
             with pytest.raises(BackfillRefused, match="would back-fill Spend.agg"):
                 client.commit("add Spend", datasets=datasets, backfill=False)
 
@@ -78,7 +78,7 @@ def test_a_commit_back_fills_a_new_aggregate_on_spark_and_hands_over_to_the_stre
 
         streaming = threading.Thread(target=stream)
         streaming.start()
-        with Client(s, on_progress=lines.append) as client:
+        with LocalClient(s, on_progress=lines.append) as client:
             client._spark = spark
             client.commit("add Spend", datasets=datasets)
         streaming.join()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
@@ -103,13 +103,13 @@ def test_engine_sensor_keeps_one_run_per_partition_and_relaunches_a_killed_one(
     keys = pd.DataFrame({"uid": list(range(20))})
     at = pd.Series([repo.T0 + pd.Timedelta(hours=3)] * 20)
     want, _ = mock_run(datasets, ev).lookup("Spend", keys, at)
-    with Client(s) as c:
+    with LocalClient(s) as c:
         got, found = c.lookup("Spend", keys, timestamps=at)
     assert found.all()
     assert to_records(got[["uid", "total", "n"]]) == to_records(want[["uid", "total", "n"]])
 
     # removing Spend removes its jobs: their runs stop and stop heartbeating
-    with Client(s) as c:
+    with LocalClient(s) as c:
         c.commit("drop Spend", datasets=repo.graph(f"{s.namespace}.raw", spend_deleted=True))
     gone = {j.hash for name, j in jobs.items() if name.endswith(":Spend")}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
@@ -56,7 +56,7 @@ def test_a_deleted_dataset_leaves_nothing_and_comes_back_clean(
     assert all(store.keys(pipe.name, p) for p in range(4)), "no snapshots to leave behind"
     assert (s.state_path / "a" / pipe.name).is_dir()
 
-    with Client(s) as c:  # the two-commit delete
+    with LocalClient(s) as c:  # the two-commit delete
         c.commit("mark Spend deleted", datasets=repo.graph(raw, spend_deleted=True))
         c.commit("drop Spend", datasets=datasets[:1])
         # no object outside a live prefix; the fleet (no supervisor, which would drop it) keeps

@@ -23,7 +23,7 @@ import pytest
 
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Avg, Count, Distinct, LastK, Max, Min, Sum
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.expr import col
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import list_jobs
@@ -238,7 +238,7 @@ def runs(
         out.mock[target] = _mock_rows(DATASETS, target, {"profile": profiles, "ev": evs})
         out.spark[target] = _spark_rows(spark, DATASETS, target, {"Ev": evs, "Profile": profiles})
     try:
-        with Client(s) as c:
+        with LocalClient(s) as c:
             c.commit("parity", datasets=DATASETS)
         with connect(s, s.pg_schema) as conn:
             jobs = [j for j in list_jobs(conn) if isinstance(j.spec, plan.PipelineJobSpec)]

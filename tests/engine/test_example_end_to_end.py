@@ -1,7 +1,7 @@
 """The example repo end to end on the engine: commit, send events, look features up.
 
 Merchants go through the webhook, transactions through the Kafka topic the source declares;
-engines (supervisor + runner processes) ingest, join, aggregate and index; `Client.lookup`
+engines (supervisor + runner processes) ingest, join, aggregate and index; `LocalClient.lookup`
 answers, and equals the mock client fed the same events.
 """
 
@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from examples.payments.datasets import DATASETS
 from examples.payments.events import generate
 from examples.payments.featuresets import FEATURESETS
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.mock import MockClient
 from fennel_dagster.ops.rows import to_records
@@ -48,7 +48,7 @@ def fresh_topic(s: Settings, partitions: int) -> None:
             time.sleep(1)
 
 
-def lookup_all(client: Client, dataset: str, keys: pd.DataFrame, at: pd.Series):  # type: ignore[no-untyped-def]
+def lookup_all(client: LocalClient, dataset: str, keys: pd.DataFrame, at: pd.Series):  # type: ignore[no-untyped-def]
     """A lookup, or None while the engines' runners are still starting (slow on a busy box)."""
     try:
         return client.lookup(dataset, keys, timestamps=at)
@@ -62,14 +62,14 @@ def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
     s = engine_settings.with_(partitions=2)
     fresh_topic(s, 2)
     ev = generate(n_users=15, n_merchants=8, n_transactions=400, days=3)
-    with Client(s) as client:
+    with LocalClient(s) as client:
         client.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
     sup = Supervisor(s, engine_id="e2e")
     sup.start_lookups()
     t = threading.Thread(target=sup.serve, daemon=True)
     t.start()
     try:
-        with Client(s) as client:
+        with LocalClient(s) as client:
             assert client.log("ops_webhook", "merchants", ev.merchants).accepted == 8
             assert client.log("ops_webhook", "users", ev.users).accepted == 15
             mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})

@@ -1,4 +1,4 @@
-"""Supervisors: rendezvous ownership, rebalance to a new engine, lookups through the Client."""
+"""Supervisors: rendezvous ownership, rebalance to a new engine, lookups through the LocalClient."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.metadata.registry import rendezvous_owner
 from fennel_dagster.ops.rows import to_records
@@ -70,7 +70,7 @@ def test_a_second_engine_takes_over_and_exactly_once_holds_through_the_rebalance
         at = pd.Series([repo.T0 + pd.Timedelta(hours=5)] * len(KEYS))
         want, want_found = mock.lookup("Spend", KEYS, at)
         deadline = time.monotonic() + 30
-        with Client(s) as client:
+        with LocalClient(s) as client:
             while True:
                 try:
                     got_df, found = client.lookup("Spend", KEYS, timestamps=at)

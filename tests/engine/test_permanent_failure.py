@@ -18,7 +18,7 @@ import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context
 
 from fennel_dagster import commit_spec
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.runner import run_forever
 from fennel_dagster.engine.supervisor import Supervisor
@@ -52,7 +52,7 @@ def broken_commit(topic: str) -> spec.CommitSpec:
 @pytest.fixture
 def broken_job(engine_settings: Settings) -> Iterator[tuple[Settings, registry.JobRow]]:
     s = engine_settings
-    with Client(s) as client:
+    with LocalClient(s) as client:
         client.commit_spec(broken_commit(f"{s.namespace}.raw"))
     with connect(s, s.pg_schema, autocommit=True) as conn:
         pipe = next(j for j in registry.list_jobs(conn) if j.kind == "pipeline")

@@ -23,7 +23,7 @@ import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from fennel_dagster import stack
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import crashpoints
 from fennel_dagster.commit.protocol import MetadataUnavailableError
 from fennel_dagster.engine.supervisor import Supervisor
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.services
 def counted(s: Settings, at: pd.Timestamp) -> int | None:
     """How many events Spend's lookups count at ``at`` (None: not answerable yet)."""
     try:
-        with Client(s) as c:
+        with LocalClient(s) as c:
             df, found = c.lookup("Spend", KEYS, timestamps=pd.Series([at] * len(KEYS)))
     except (FennelError, LookupError, OSError):
         return None
@@ -180,7 +180,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
         try:
             wait_for(lambda: counted(s, end) == n1, 180, "the engine serving")
         except AssertionError:
-            with Client(s) as c:
+            with LocalClient(s) as c:
                 try:
                     got = c.lookup("Spend", KEYS, timestamps=pd.Series([end] * len(KEYS)))
                 except Exception as e:  # noqa: BLE001
@@ -213,19 +213,19 @@ def test_a_commit_that_loses_postgres_says_so_and_recovery_leaves_no_strays(
     engine_settings: Settings,
 ) -> None:
     """Postgres stops (really) after the commit created its first assets: the committer gets
-    one message naming the state and ``Client.recover()``, not a raw driver error; once
+    one message naming the state and ``LocalClient.recover()``, not a raw driver error; once
     Postgres is back, recovery rolls the attempt back and nothing stray remains."""
     s = engine_settings
     crashpoints.arm("after_create_asset@3", lambda: stack.down(s, ["postgres"]))
     try:
-        with Client(s) as c, pytest.raises(MetadataUnavailableError) as caught:
+        with LocalClient(s) as c, pytest.raises(MetadataUnavailableError) as caught:
             c.commit("doomed", datasets=repo.graph(f"{s.namespace}.raw"))
     finally:
         crashpoints.disarm()
         assert all(r.health.ok for r in stack.up(s, ["postgres"]))
     text = str(caught.value)
-    assert "Client.recover()" in text and "unfinished" in text, text
-    with Client(s) as c:
+    assert "LocalClient.recover()" in text and "unfinished" in text, text
+    with LocalClient(s) as c:
         c.recover()
         assert_invariants(c)  # topics, prefixes and objects equal the bank's: 0 strays
         assert c.physical.topics(f"{s.namespace}.") == set()

@@ -18,7 +18,7 @@ import pytest
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Count, Sum
 from fennel_dagster.batch.s3_ingest import S3SourceError, ingest, list_files
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.offline.table import OfflineTable
 from fennel_dagster.s3 import s3_client
@@ -102,12 +102,12 @@ def test_s3_json_files_flow_to_the_topic_the_offline_table_and_lookups(
         want = pd.DataFrame(day1 + day2).groupby("uid")["amount"].agg(["sum", "count"])
 
         def answered() -> bool:
-            with Client(s) as c:
+            with LocalClient(s) as c:
                 got, found = c.lookup("Totals", keys, at)
             return bool(found.all()) and got["n"].tolist() == want["count"].tolist()
 
         wait_for(answered, 120, "lookups of the derived aggregate")
-        with Client(s) as c:
+        with LocalClient(s) as c:
             got, _ = c.lookup("Totals", keys, at)
         assert got["total"].tolist() == pytest.approx(want["sum"].tolist())
         rows = [r for _, _, r in read_topic(s, topic, 4, timeout=3)]

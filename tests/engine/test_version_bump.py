@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fennel_dagster.client import Client
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import branch_jobs
@@ -49,7 +49,7 @@ def _topic_states(s: Settings, version: int) -> dict[str, str]:
 
 
 def _lookup(s: Settings, at: pd.Timestamp) -> pd.DataFrame:
-    with Client(s) as c:
+    with LocalClient(s) as c:
         rows, found = c.lookup("Spend", KEYS, pd.Series([at] * len(KEYS)))
     assert found.all()
     return rows[["uid", "total", "n"]].astype(object)
@@ -92,7 +92,7 @@ def test_a_version_bump_back_fills_while_the_old_version_serves(
                 during["v2 topics"] = _topic_states(s, 2)
 
         v2 = repo.graph(raw, spend_version=2, window="2h")
-        with Client(s, on_progress=on_progress) as client:
+        with LocalClient(s, on_progress=on_progress) as client:
             client._spark = spark
             client.commit("Spend v2: a 2h window", datasets=v2)
         assert set(during["jobs"]) == {1}

@@ -1,18 +1,18 @@
-"""``Client``: commit feature definitions and manage branches against the platform.
+"""``LocalClient``: the platform driven in process, for the platform's own processes.
 
-This client drives the definition server and the two-ledger commit protocol directly, using
-the settings' Postgres, Kafka and S3; the Dagster-driven path reuses the same protocol.
+It drives the definition server and the two-ledger commit protocol directly with the
+settings' Postgres, Kafka and S3 (and the engines' service credential): the query servers,
+Dagster's commit runs, the demo and the tests use it. User code talks to a query server
+through ``Client`` instead, holding a token rather than a database DSN.
 """
 
 from __future__ import annotations
 
 import getpass
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import httpx
 import pandas as pd
 import psycopg
 from confluent_kafka import Producer
@@ -37,19 +37,19 @@ from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine import lookups
 from fennel_dagster.engine.backfill import Backfiller, BackfillReport
+from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
-from fennel_dagster.metadata import registry
+from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
-from fennel_dagster.ops.rows import dumps, from_records, json_value, to_records
+from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.query.execute import QueryExecutor
-from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.query.plan import QueryPlanError, plan_query
 from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.wire import encode, plan, spec
 
 
-class Client:
+class LocalClient:
     def __init__(
         self,
         settings: Settings | None = None,
@@ -76,6 +76,7 @@ class Client:
         self.server = DefinitionServer(self.settings.namespace, self.settings.partitions)
         self._conn: psycopg.Connection | None = None
         self._lock: psycopg.Connection | None = None
+        self._http: httpx.Client | None = None
 
     # ---------------------------------------------------------------- connections
 
@@ -96,8 +97,10 @@ class Client:
         for c in (self._conn, self._lock):
             if c is not None and not c.closed:
                 c.close()
+        if self._http is not None:
+            self._http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> LocalClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -242,35 +245,13 @@ class Client:
     ) -> tuple[pd.DataFrame, pd.Series]:
         with self.conn.transaction():
             job = lookups.serving_job(registry.branch_jobs(self.conn, self.branch), name)
-            owners = registry.runner_owners(self.conn)
-            engines = {e.id: e.address for e in registry.live_engines(self.conn)}
-        ds = job.spec.dataset
-        parts = lookups.partitions_of(job, keys)
-        key_recs = to_records(keys, list(ds.keys))
-        stamps = [json_value(t) for t in ts]
-        rows: list[dict[str, Any]] = [{} for _ in key_recs]
-        found = [False] * len(key_recs)
-        for part in sorted(set(parts)):
-            idx = [i for i, p in enumerate(parts) if p == part]
-            owner = owners.get((job.hash, part), (None, 0.0))[0]
-            address = engines.get(owner or "")
-            if address is None:
-                raise LookupFailed(
-                    f"no live engine runs partition {part} of {job.name} (dataset {name}); "
-                    "start one with `fennel-dagster engine`"
-                )
-            body = json.dumps({
-                "job": job.hash, "partition": part, "fields": fields,
-                "keys": [key_recs[i] for i in idx], "timestamps": [stamps[i] for i in idx],
-            }).encode()  # fmt: skip
-            reply = _post(f"http://{address}/lookup", body, timeout, f"lookup of {name}")
-            for i, r, f in zip(idx, reply["rows"], reply["found"], strict=True):
-                rows[i], found[i] = r, f
-        wanted = [f for f in ds.fields if fields is None or f.name in fields]
-        for i, rec in enumerate(rows):
-            if not rec:  # the partition has no state yet
-                rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
-        return from_records(rows, wanted), pd.Series(found, dtype=bool)
+            routes = load_routes(self.conn, self.settings.engine_lease_s)
+            secret = tokens.service_secret(self.conn)
+        if self._http is None:
+            self._http = httpx.Client()
+        return EngineLookups(routes, secret, self._http, timeout=timeout).lookup(
+            job, ts, keys, fields
+        )
 
     def query(
         self,
@@ -332,18 +313,3 @@ class Client:
             )
         return LogResult(len(records))
 
-
-def _post(url: str, body: bytes, timeout: float, what: str) -> dict[str, Any]:
-    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            reply: dict[str, Any] = json.loads(resp.read())
-            return reply
-    except urllib.error.HTTPError as e:
-        detail = json.loads(e.read() or b"{}").get("error", str(e))
-        raise LookupFailed(f"{what} at {url}: {detail}") from e
-    except OSError as e:  # refused, reset, timed out: an engine (re)starting or gone
-        raise ClientError(
-            f"{what} at {url} failed: {e}; the engine may be restarting: retry in a few "
-            "seconds, and if it persists check `fennel-dagster engine` is running"
-        ) from e

@@ -1,0 +1,193 @@
+"""``Client``: the platform over HTTP, as Fennel's ``Client(url, token, branch=)``.
+
+Everything goes to a query server (``fennel-dagster serve``): commits as wire bytes, queries,
+lookups and logged rows as JSON. The user process holds a URL and a token, never a database
+DSN or an engine address. Answers come back typed by the declared features and fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import pandas as pd
+
+from fennel_dagster.api import (
+    DatasetRef,
+    FeatureRef,
+    LogResult,
+    dataset_name,
+    feature_name,
+    input_frame,
+    refuse_feature_log,
+)
+from fennel_dagster.declare import commit_spec
+from fennel_dagster.engine.lookup_client import EngineUnavailable
+from fennel_dagster.errors import ClientError
+from fennel_dagster.ops.rows import json_column, typed_series
+from fennel_dagster.wire import codec, encode
+
+BRANCH_HEADER = "X-FENNEL-BRANCH"
+
+
+class ServerError(ClientError):
+    """The query server refused or failed a request; ``status`` is its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+
+
+class Client:
+    def __init__(
+        self, url: str, token: str | None = None, branch: str | None = None, timeout: float = 60.0
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._branch = branch or "main"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- transport
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        headers = {BRANCH_HEADER: kw.pop("branch", None) or self._branch}
+        try:
+            resp = self.http.request(method, path, headers=headers, **kw)
+        except httpx.HTTPError as e:
+            raise ClientError(f"query server at {self.url} unreachable: {e}") from e
+        body = resp.json() if resp.content else {}
+        if resp.status_code == 503:
+            raise EngineUnavailable(body.get("error", "an engine partition is unavailable"))
+        if resp.status_code >= 400:
+            raise ServerError(resp.status_code, body.get("error", resp.reason_phrase))
+        return body
+
+    # ---------------------------------------------------------------- commit and branches
+
+    def commit(
+        self,
+        message: str,
+        datasets: Iterable[type] = (),
+        featuresets: Iterable[type] = (),
+        preview: bool = False,
+        incremental: bool = False,
+        env: str | None = None,
+        backfill: bool = True,
+    ) -> dict[str, Any]:
+        request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
+        params = {"preview": str(preview).lower(), "backfill": str(backfill).lower()}
+        result: dict[str, Any] = self._call(
+            "POST", "/api/v1/commit", content=encode(request), params=params
+        )
+        for line in result.get("summary", []):
+            print(line)
+        return result
+
+    def init_branch(self, name: str) -> None:
+        self._call("POST", "/api/v1/init", json={}, branch=name)
+        self._branch = name
+
+    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
+        self._call("POST", "/api/v1/init", json={"clone_from": from_branch or self._branch},
+                   branch=name)  # fmt: skip
+        self._branch = name
+
+    def delete_branch(self, name: str) -> None:
+        self._call("POST", "/api/v1/delete", json={}, branch=name)
+        if self._branch == name:
+            self._branch = "main"
+
+    def list_branches(self) -> list[str]:
+        return [b["name"] for b in self._call("GET", "/api/v1/branch/list")["branches"]]
+
+    def checkout(self, name: str, init: bool = False) -> None:
+        if init and name not in self.list_branches():
+            self.init_branch(name)
+        self._branch = name
+
+    def branch(self) -> str:
+        return self._branch
+
+    # ---------------------------------------------------------------- read path
+
+    def query(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        input_df: pd.DataFrame | None = None,
+        timestamps: pd.Series | None = None,
+        *,
+        input_dataframe: pd.DataFrame | None = None,
+        log: bool = False,
+        workflow: str | None = None,
+        sampling_rate: float | None = None,
+    ) -> pd.DataFrame:
+        refuse_feature_log(log, workflow, sampling_rate)
+        df = input_frame(input_df, input_dataframe)
+        names = [feature_name(i) for i in inputs]
+        body: dict[str, Any] = {
+            "inputs": names, "outputs": [feature_name(o) for o in outputs],
+            "data": {n: json_column(df[n]) for n in names},
+        }  # fmt: skip
+        if timestamps is not None:
+            body["timestamps"] = json_column(pd.to_datetime(pd.Series(timestamps), utc=True))
+        reply = self._call("POST", "/api/v1/query", json=body, params={"typed": "true"})
+        return _typed(reply["data"], reply["types"])
+
+    def explain(self, inputs: list[FeatureRef], outputs: list[FeatureRef]) -> dict[str, Any]:
+        body = {"inputs": [feature_name(i) for i in inputs],
+                "outputs": [feature_name(o) for o in outputs]}  # fmt: skip
+        result: dict[str, Any] = self._call("POST", "/api/v1/explain", json=body)
+        return result
+
+    def lookup(
+        self,
+        dataset: DatasetRef,
+        keys: pd.DataFrame,
+        timestamps: pd.Series | None = None,
+        fields: list[str] | None = None,
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        keys = pd.DataFrame(keys).reset_index(drop=True)
+        body: dict[str, Any] = {"keys": {c: json_column(keys[c]) for c in keys.columns},
+                                "fields": fields or []}  # fmt: skip
+        if timestamps is not None:
+            body["timestamps"] = json_column(pd.to_datetime(pd.Series(timestamps), utc=True))
+        name = dataset_name(dataset)
+        reply = self._call("POST", f"/api/v1/dataset/{name}/lookup", json=body,
+                           params={"typed": "true"})  # fmt: skip
+        return _typed(reply["data"], reply["types"]), pd.Series(reply["found"], dtype=bool)
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", "/graphql",
+                                            json={"query": query, "variables": variables})  # fmt: skip
+        return result
+
+    # ---------------------------------------------------------------- write path
+
+    def log(
+        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 10_000
+    ) -> LogResult:
+        accepted = 0
+        for start in range(0, len(df), batch_size):
+            part = df.iloc[start : start + batch_size]
+            data = {str(c): json_column(part[c]) for c in part.columns}
+            accepted += self._call("POST", f"/api/v1/log/{webhook}/{endpoint}",
+                                   json={"data": data})["accepted"]  # fmt: skip
+        return LogResult(accepted)
+
+
+def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {c: typed_series(v, codec.from_jsonable(types[c])) for c, v in data.items()}
+    )

@@ -1,0 +1,225 @@
+"""Running queries for the server: cached physical plans, executed off the event loop.
+
+A plan whose extractors are all native (alias, expression, dataset lookup) runs on a thread
+of this process; a plan with Python extractors runs in an executor process, so user code
+that is slow or holds the GIL never stalls the event loop or the other requests. Both use
+the one ``QueryExecutor`` and engine lookups batched per partition (``EngineLookups``).
+Executor processes keep each branch's graph by commit id, read once from Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pandas as pd
+from prometheus_client import Histogram
+
+from fennel_dagster.commit import branches
+from fennel_dagster.declare.lookup import LookupProvider
+from fennel_dagster.engine.lookup_client import EngineLookups, Routes
+from fennel_dagster.metadata import registry
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import JobRow
+from fennel_dagster.query.execute import QueryExecutor
+from fennel_dagster.query.plan import QueryPlan, plan_query
+from fennel_dagster.serve.state import BranchGraph
+from fennel_dagster.settings import Settings
+from fennel_dagster.wire import spec
+
+STEP_SECONDS = Histogram(
+    "fennel_query_plan_seconds", "Time to execute a query plan, by where it ran", ["runs_in"],
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+)  # fmt: skip
+FANOUT = Histogram(
+    "fennel_query_lookup_fanout", "Engine lookup requests made by one query",
+    buckets=(0, 1, 2, 4, 8, 16, 32, 64),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a physical plan, as ``explain`` shows it."""
+
+    extractor: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    lookups: tuple[str, ...]  # datasets it looks up
+    runs_in: str  # "server" | "executor process"
+
+
+def needs_process(plan: QueryPlan) -> bool:
+    return any(ex.kind == "python" for ex in plan.steps)
+
+
+def explain(plan: QueryPlan) -> list[Step]:
+    where = "executor process" if needs_process(plan) else "server"
+    out = []
+    for ex in plan.steps:
+        looked = (ex.lookup_dataset,) if ex.lookup_dataset else tuple(ex.deps)
+        outputs = tuple(f"{ex.featureset}.{o}" for o in ex.outputs)
+        out.append(Step(f"{ex.featureset}.{ex.name}", ex.kind, ex.inputs, outputs, looked, where))
+    return out
+
+
+class QueryRunner:
+    def __init__(self, settings: Settings, processes: int = 2, threads: int = 16) -> None:
+        self.settings = settings
+        self.workers = processes
+        self.threads = ThreadPoolExecutor(threads, thread_name_prefix="query")
+        self.fanout = ThreadPoolExecutor(threads, thread_name_prefix="lookup-fanout")
+        self.http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=64))
+        self.processes = ProcessPoolExecutor(
+            processes, mp_context=mp.get_context("spawn"),
+            initializer=_init_worker, initargs=(settings.model_dump_json(),),
+        )  # fmt: skip
+        self._plans: dict[tuple[int | None, str, tuple[str, ...], tuple[str, ...]], QueryPlan] = {}
+
+    def warm(self) -> None:
+        """Start the executor processes now rather than on the first Python extractor."""
+        list(self.processes.map(_ping, range(self.workers)))
+
+    def close(self) -> None:
+        self.processes.shutdown(cancel_futures=True)
+        self.threads.shutdown(cancel_futures=True)
+        self.fanout.shutdown(cancel_futures=True)
+        self.http.close()
+
+    def plan(self, graph: BranchGraph, inputs: Sequence[str], outputs: Sequence[str]) -> QueryPlan:
+        key = (graph.head, graph.name, tuple(inputs), tuple(outputs))
+        found = self._plans.get(key)
+        if found is None:
+            found = plan_query(list(graph.featuresets.values()), inputs, outputs)
+            if len(self._plans) > 10_000:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
+
+    async def run(
+        self,
+        graph: BranchGraph,
+        plan: QueryPlan,
+        frame: pd.DataFrame,
+        ts: pd.Series,
+        routes: Routes,
+        secret: str,
+    ) -> pd.DataFrame:
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        if needs_process(plan):
+            own = _routes_for(graph, routes)
+            result, calls = await loop.run_in_executor(
+                self.processes, _run_in_worker, graph.name, graph.head, plan, frame, ts, own, secret
+            )
+            where = "executor process"
+        else:
+            lookups_ = EngineLookups(routes, secret, self.http, self.fanout)
+            result = await loop.run_in_executor(
+                self.threads, _execute, graph, plan, frame, ts, lookups_
+            )
+            calls, where = lookups_.calls, "server"
+        STEP_SECONDS.labels(where).observe(time.perf_counter() - start)
+        FANOUT.observe(calls)
+        return result
+
+    async def lookup(
+        self,
+        job: JobRow,
+        keys: pd.DataFrame,
+        ts: pd.Series,
+        fields: list[str] | None,
+        routes: Routes,
+        secret: str,
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        lookups_ = EngineLookups(routes, secret, self.http, self.fanout)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.threads, lookups_.lookup, job, ts, keys, fields
+        )
+
+
+def _execute(
+    graph: BranchGraph, plan: QueryPlan, frame: pd.DataFrame, ts: pd.Series, via: EngineLookups
+) -> pd.DataFrame:
+    executor = QueryExecutor(
+        list(graph.featuresets.values()), graph.datasets, _provider(graph, via)
+    )
+    return executor.run(plan, frame, ts)
+
+
+def _provider(graph: BranchGraph, via: EngineLookups) -> LookupProvider:
+    """Lookups by dataset name, as extractors make them, through ``via``."""
+
+    def provider(
+        name: str, t: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        return via.lookup(graph.serving_job(name), t, keys, fields)
+
+    return provider
+
+
+def _routes_for(graph: BranchGraph, routes: Routes) -> Routes:
+    """Only the branch's own jobs' routes travel to the executor process."""
+    hashes = {j.hash for j in graph.jobs}
+    return Routes({k: a for k, a in routes.address.items() if k[0] in hashes})
+
+
+# ---------------------------------------------------------------------- executor processes
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(settings_json: str) -> None:
+    _worker["settings"] = Settings.model_validate_json(settings_json)
+    _worker["graphs"] = {}
+    _worker["executors"] = {}
+    _worker["http"] = httpx.Client()
+    _worker["fanout"] = ThreadPoolExecutor(8)
+
+
+def _ping(_: int) -> bool:
+    return True
+
+
+def _graph_in_worker(branch: str, head: int | None) -> BranchGraph:
+    graphs: dict[tuple[str, int | None], BranchGraph] = _worker["graphs"]
+    found = graphs.get((branch, head))
+    if found is None:
+        s: Settings = _worker["settings"]
+        with connect(s, s.pg_schema) as conn, conn.transaction():
+            commit: spec.CommitSpec | None = branches.checkout_commit(conn, head)
+            jobs = tuple(registry.branch_jobs(conn, branch))
+        found = BranchGraph(branch, head, commit, jobs)
+        if len(graphs) > 64:
+            graphs.clear()
+            _worker["executors"].clear()
+        graphs[(branch, head)] = found
+    return found
+
+
+def _run_in_worker(
+    branch: str,
+    head: int | None,
+    plan: QueryPlan,
+    frame: pd.DataFrame,
+    ts: pd.Series,
+    routes: Routes,
+    secret: str,
+) -> tuple[pd.DataFrame, int]:
+    graph = _graph_in_worker(branch, head)
+    via = EngineLookups(routes, secret, _worker["http"], _worker["fanout"])
+    executors: dict[tuple[str, int | None], QueryExecutor] = _worker["executors"]
+    executor = executors.get((branch, head))
+    if executor is None:  # kept, so extractors' code is loaded once per commit
+        executor = QueryExecutor(
+            list(graph.featuresets.values()), graph.datasets, _provider(graph, via)
+        )
+        executors[(branch, head)] = executor
+    executor.provider = _provider(graph, via)
+    return executor.run(plan, frame, ts), via.calls

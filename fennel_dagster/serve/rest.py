@@ -1,0 +1,202 @@
+"""Fennel's HTTP API (``/api/v1/...``), so Fennel's REST users move by changing the URL.
+
+Each handler authenticates the bearer token, checks its scope on the branch named by the
+``X-FENNEL-BRANCH`` header (default ``main``), then reads from the in-memory serving state;
+errors are JSON ``{"error": ...}`` with a 4xx status that names the field at fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fennel_dagster.api import LogResult
+from fennel_dagster.serve.auth import Principal, entities_of
+from fennel_dagster.serve.frames import BadRequest, columns, frame, timestamps, to_json_columns
+from fennel_dagster.serve.queries import explain
+from fennel_dagster.serve.server import Server
+from fennel_dagster.wire import codec
+
+BRANCH_HEADER = "x-fennel-branch"
+MAX_BODY = 32 * 1024 * 1024
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def branch_of(request: Request) -> str:
+    return request.headers.get(BRANCH_HEADER) or "main"
+
+
+async def body_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise BadRequest(f"request body over {MAX_BODY // 2**20} MiB; split the request")
+    try:
+        value = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as e:
+        raise BadRequest(f"request body is not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise BadRequest("request body must be a JSON object")
+    return value
+
+
+def _names(body: dict[str, Any], key: str) -> list[str]:
+    value = body.get(key)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise BadRequest(
+            f'{key!r} must be a non-empty list of feature names ("Featureset.feature")'
+        )
+    return value
+
+
+async def query(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    body = await body_json(request)
+    if body.get("log") or body.get("workflow") is not None or body.get("sampling_rate") is not None:
+        raise BadRequest(
+            "log/workflow/sampling_rate: logging computed features is not supported; drop them"
+        )
+    graph = server.state.graph(branch)
+    plan = server.runner.plan(graph, _names(body, "inputs"), _names(body, "outputs"))
+    principal.require_entities(entities_of(plan))
+    data = columns(body.get("data"), "data")
+    missing = [i for i in plan.inputs if i not in data]
+    if missing:
+        raise BadRequest(f"data: missing input column(s) {', '.join(missing)}")
+    types = server.feature_types(graph)
+    df = frame({i: data[i] for i in plan.inputs}, types, "data")
+    ts = timestamps(body.get("timestamps"), len(df), "timestamps")
+    out = await server.runner.run(
+        graph, plan, df, ts, server.state.routes, server.state.service_secret
+    )
+    payload: Any = to_json_columns(out)
+    if request.query_params.get("typed") == "true":
+        payload = {"data": payload, "types": {o: codec.to_jsonable(types[o]) for o in plan.outputs}}
+    return JSON(payload)
+
+
+async def explain_query(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    body = await body_json(request)
+    plan = server.runner.plan(
+        server.state.graph(branch), _names(body, "inputs"), _names(body, "outputs")
+    )
+    principal.require_entities(entities_of(plan))
+    return JSON({"steps": [s.__dict__ for s in explain(plan)], "outputs": list(plan.outputs)})
+
+
+async def lookup(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    name = request.path_params["name"]
+    principal.require_entities([name])
+    body = await body_json(request)
+    graph = server.state.graph(branch)
+    job = graph.serving_job(name)
+    ds = job.spec.dataset
+    types = {f.name: f.dtype for f in ds.fields}
+    fields = body.get("fields") or None
+    if fields is not None and (not isinstance(fields, list) or any(f not in types for f in fields)):
+        raise BadRequest(f"fields: expected a list of fields of {name} ({', '.join(types)})")
+    data = columns(body.get("keys", []), "keys")
+    missing = [k for k in ds.keys if k not in data]
+    if missing:
+        raise BadRequest(
+            f"keys: {name} is keyed by {', '.join(ds.keys)}; missing {', '.join(missing)}"
+        )
+    keys = frame({k: data[k] for k in ds.keys}, types, "keys")
+    ts = timestamps(body.get("timestamps"), len(keys), "timestamps")
+    df, found = await server.runner.lookup(
+        job, keys, ts, fields, server.state.routes, server.state.service_secret
+    )
+    payload = {"data": to_json_columns(df), "found": [bool(f) for f in found]}
+    if request.query_params.get("typed") == "true":
+        payload["types"] = {c: codec.to_jsonable(types[c]) for c in df.columns}
+    return JSON(payload)
+
+
+async def log(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("log", branch)
+    body = await body_json(request)
+    webhook = request.path_params.get("webhook") or body.get("webhook")
+    endpoint = request.path_params.get("endpoint") or body.get("endpoint")
+    if not isinstance(webhook, str) or not isinstance(endpoint, str):
+        raise BadRequest("webhook and endpoint: name both (in the path or the body)")
+    data = columns(body.get("data"), "data")
+    rows = [dict(zip(data, vals, strict=True)) for vals in zip(*data.values(), strict=True)]
+    result: LogResult = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.log_rows, branch, webhook, endpoint, rows
+    )
+    return JSON(result.json())
+
+
+async def list_branches(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    from fnmatch import fnmatchcase
+
+    names = [b for b in sorted(server.state.graphs)
+             if any(fnmatchcase(b, p) for p in principal.token.branches)]  # fmt: skip
+    return JSON({"branches": [{"name": b} for b in names]})
+
+
+async def init_branch(request: Request) -> Response:
+    """Fennel's ``/init``: an empty branch, or a clone with ``clone_from``."""
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("commit", branch)
+    body = await body_json(request)
+    source = body.get("clone_from")
+    if source is not None:
+        principal.require("query", str(source))
+    await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.init_branch, branch, source
+    )
+    return JSON({"branch": branch})
+
+
+async def delete_branch(request: Request) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("commit", branch)
+    await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.delete_branch, branch
+    )
+    return JSON({"deleted": branch})
+
+
+async def commit(request: Request) -> Response:
+    """The wire bytes of a ``CommitSpec`` (what ``Client.commit`` sends)."""
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("commit", branch)
+    raw = await request.body()
+    flags = {k: request.query_params.get(k, d) == "true"
+             for k, d in (("preview", "false"), ("backfill", "true"))}  # fmt: skip
+    summary = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.commit, branch, raw, flags["preview"], flags["backfill"]
+    )
+    return JSON(summary)

@@ -1,0 +1,110 @@
+"""One query server's parts: the serving state, the query runner, a Kafka producer for
+logged rows, and the platform operations (commit, branches) it carries out for clients."""
+
+from __future__ import annotations
+
+import io
+import threading
+from contextlib import redirect_stdout
+from typing import Any
+
+from confluent_kafka import Producer
+
+from fennel_dagster.api import LogResult
+from fennel_dagster.client.local import LocalClient
+from fennel_dagster.commit.blueprint import BlueprintDiff
+from fennel_dagster.commit.protocol import CommitOutcome
+from fennel_dagster.errors import ClientError
+from fennel_dagster.ops.rows import dumps
+from fennel_dagster.serve.frames import BadRequest
+from fennel_dagster.serve.queries import QueryRunner
+from fennel_dagster.serve.state import BranchGraph, ServingState
+from fennel_dagster.settings import Settings
+from fennel_dagster.wire import decode, spec
+
+
+class Server:
+    def __init__(self, settings: Settings, processes: int = 2) -> None:
+        self.settings = settings
+        self.state = ServingState(settings)
+        self.runner = QueryRunner(settings, processes=processes)
+        self._producer: Producer | None = None
+        self._types: dict[tuple[str, int | None], dict[str, spec.DType]] = {}
+        self._ops = threading.Lock()  # commits and branch operations: one at a time
+
+    def start(self) -> None:
+        self.state.start()
+        self.runner.warm()
+
+    def close(self) -> None:
+        self.state.stop()
+        self.runner.close()
+        if self._producer is not None:
+            self._producer.flush(10)
+
+    def feature_types(self, graph: BranchGraph) -> dict[str, spec.DType]:
+        key = (graph.name, graph.head)
+        found = self._types.get(key)
+        if found is None:
+            found = {f"{fs.name}.{f.name}": f.dtype
+                     for fs in graph.featuresets.values() for f in fs.features}  # fmt: skip
+            self._types[key] = found
+        return found
+
+    # ------------------------------------------------------------------ writes
+
+    def log_rows(
+        self, branch: str, webhook: str, endpoint: str, rows: list[dict[str, Any]]
+    ) -> LogResult:
+        inboxes = self.state.graph(branch).webhook_inboxes(webhook, endpoint)
+        if not inboxes:
+            raise BadRequest(
+                f"webhook {webhook}.{endpoint}: no dataset on branch {branch!r} has a source "
+                f"Webhook(name={webhook!r}).endpoint({endpoint!r}); commit one first"
+            )
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
+                                       "enable.idempotence": True, "linger.ms": 2})  # fmt: skip
+        for topic, partitions in inboxes.items():
+            for i, rec in enumerate(rows):
+                self._producer.produce(topic, dumps(rec), partition=i % partitions)
+        if self._producer.flush(30):
+            raise ClientError(
+                f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
+            )
+        return LogResult(len(rows))
+
+    def _client(self, branch: str) -> LocalClient:
+        return LocalClient(self.settings, branch=branch, author="query-server",
+                           on_progress=lambda line: None)  # fmt: skip
+
+    def commit(self, branch: str, wire: bytes, preview: bool, backfill: bool) -> dict[str, Any]:
+        try:
+            request = decode(wire)
+        except Exception as e:  # noqa: BLE001 - any undecodable body is the caller's error
+            raise BadRequest(f"commit body is not a wire-encoded CommitSpec: {e}") from None
+        if not isinstance(request, spec.CommitSpec):
+            raise BadRequest(f"commit body is a {type(request).__name__}, not a CommitSpec")
+        with self._ops, self._client(branch) as client, redirect_stdout(io.StringIO()) as out:
+            result = client.commit_spec(request, preview=preview, branch=branch, backfill=backfill)
+        self.state.refresh()
+        if isinstance(result, BlueprintDiff):
+            return {"preview": True, "summary": out.getvalue().splitlines()}
+        if isinstance(result, CommitOutcome):
+            return {"branch": result.branch, "commit_id": result.commit_id,
+                    "created": len(result.diff.create), "released": len(result.diff.release),
+                    "backfills": len(client.backfills)}  # fmt: skip
+        return dict(result)
+
+    def init_branch(self, branch: str, clone_from: str | None) -> None:
+        with self._ops, self._client(branch) as client:
+            if clone_from is None:
+                client.init_branch(branch)
+            else:
+                client.clone_branch(branch, from_branch=clone_from)
+        self.state.refresh()
+
+    def delete_branch(self, branch: str) -> None:
+        with self._ops, self._client(branch) as client:
+            client.delete_branch(branch)
+        self.state.refresh()

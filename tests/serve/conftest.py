@@ -1,0 +1,117 @@
+"""Query-server fixtures: a platform schema of the test module's own, the example repo
+committed, a real engine (supervisor + runner processes) and a real ``fennel-dagster serve``
+process in front of it, over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fennel_dagster.client import LocalClient
+from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.metadata import tokens
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.settings import Settings
+from tests.platform import drop_platform
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Serving:
+    settings: Settings
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def token(
+        self,
+        name: str,
+        scopes: tuple[str, ...] = ("query",),
+        branches: tuple[str, ...] = ("*",),
+        entities: tuple[str, ...] = ("*",),
+    ) -> str:
+        with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
+            token = tokens.create(conn, name, scopes, branches, entities)[1]
+        deadline = time.monotonic() + 10  # the server hears of it by NOTIFY, within ms
+        while httpx.get(f"{self.url}/api/v1/branch/list", timeout=5,
+                        headers={"Authorization": f"Bearer {token}"}).status_code == 401:  # fmt: skip
+            assert time.monotonic() < deadline, "the query server never learnt of a new token"
+            time.sleep(0.02)
+        return token
+
+
+def start_server(s: Settings, log: Path) -> Serving:
+    port = free_port()
+    env = {**os.environ, **s.as_env()}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fennel_dagster.cli.main", "serve", "--port", str(port),
+             "--executors", "1"],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://{s.host}:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return Serving(s, url, proc, log)
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"query server did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def platform(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    name = f"q{uuid.uuid4().hex[:10]}"
+    s = live_stack.with_(
+        pg_schema=name, namespace=name, partitions=2,
+        state_dir=tmp_path_factory.mktemp("state"), engine_snapshot_interval_s=5.0,
+        engine_txn_interval_ms=50, engine_poll_interval_s=0.5, engine_lease_s=5.0,
+    )  # fmt: skip
+    yield s
+    drop_platform(s)
+
+
+@pytest.fixture(scope="module")
+def engine(platform: Settings) -> Iterator[Supervisor]:
+    with LocalClient(platform) as c:
+        c.recover(wait=0)  # migrates the schema
+    sup = Supervisor(platform, engine_id="serve-test")
+    sup.start_lookups()
+    t = threading.Thread(target=sup.serve, daemon=True)
+    t.start()
+    yield sup
+    sup.stop()
+    t.join(120)
+
+
+@pytest.fixture(scope="module")
+def serving(
+    platform: Settings, engine: Supervisor, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Serving]:
+    srv = start_server(platform, tmp_path_factory.mktemp("serve") / "server.log")
+    yield srv
+    srv.process.terminate()
+    try:
+        srv.process.wait(20)
+    except subprocess.TimeoutExpired:
+        srv.process.kill()

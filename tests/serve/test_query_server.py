@@ -1,0 +1,172 @@
+"""The query server over real HTTP, in front of a real engine: the example repo's features
+over REST and GraphQL equal the mock's; ``explain`` is the planner's plan; lookups and logs
+go through it; a commit through it is visible to the next query."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+import pytest
+from confluent_kafka import Producer
+
+from examples.payments.datasets import DATASETS
+from examples.payments.events import generate
+from examples.payments.featuresets import FEATURESETS
+from fennel_dagster.client import Client
+from fennel_dagster.mock import MockClient
+from fennel_dagster.ops.rows import to_records
+from fennel_dagster.query.plan import plan_query
+from fennel_dagster.wire import spec
+from tests.engine.harness import wait_for
+from tests.engine.test_example_end_to_end import TOPIC, fresh_topic
+from tests.serve.conftest import Serving
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture(scope="module")
+def loaded(serving: Serving):  # type: ignore[no-untyped-def]
+    """The example committed through the server, its events in, every transaction counted."""
+    s = serving.settings
+    fresh_topic(s, 2)
+    ev = generate(n_users=12, n_merchants=6, n_transactions=300, days=3)
+    admin = Client(serving.url, serving.token("admin", ("admin",)))
+    outcome = admin.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    assert outcome["commit_id"] > 0
+    assert admin.log("ops_webhook", "merchants", ev.merchants).accepted == len(ev.merchants)
+    assert admin.log("ops_webhook", "users", ev.users).accepted == len(ev.users)
+    mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
+    later = pd.Series([ev.transactions.ts.max()] * len(mids))
+
+    def merchants_indexed() -> bool:
+        try:
+            return bool(admin.lookup("Merchant", mids, timestamps=later)[1].all())
+        except LookupError:
+            return False
+
+    wait_for(merchants_indexed, 300, "merchants indexed")
+    time.sleep(3)
+    p = Producer({"bootstrap.servers": s.kafka_servers})
+    for rec in to_records(ev.transactions):
+        p.produce(TOPIC, json.dumps(rec).encode(), partition=rec["uid"] % 2)
+    assert p.flush(30) == 0
+    uids = pd.DataFrame({"uid": sorted(ev.transactions.uid.unique())})
+    end = pd.Series([ev.transactions.ts.max() + pd.Timedelta(minutes=1)] * len(uids))
+
+    def all_counted() -> bool:
+        try:
+            df, found = admin.lookup("UserSpend", uids, timestamps=end)
+        except LookupError:
+            return False
+        return bool(found.all()) and int(df.txns_forever.sum()) == len(ev.transactions)
+
+    wait_for(all_counted, 300, "every transaction aggregated")
+    mock = MockClient()
+    mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    mock.log("ops_webhook", "merchants", ev.merchants)
+    mock.log("ops_webhook", "users", ev.users)
+    mock.log("Transaction", ev.transactions)
+    return admin, mock, ev, end.iloc[0]
+
+
+def _rows(ev, at):  # type: ignore[no-untyped-def]
+    t = ev.transactions.head(40)
+    return pd.DataFrame({
+        "UserFeatures.uid": t.uid.to_numpy(), "TxnFeatures.uid": t.uid.to_numpy(),
+        "TxnFeatures.merchant_id": t.merchant_id.to_numpy(), "TxnFeatures.amount": t.amount.to_numpy(),
+    }), pd.Series([at] * len(t))  # fmt: skip
+
+
+def _same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert list(got.columns) == list(want.columns)
+    for c in want.columns:
+        g, w = got[c].astype(object).tolist(), want[c].astype(object).tolist()
+        if pd.api.types.is_float_dtype(want[c]):
+            assert [round(float(x), 6) for x in g] == [round(float(x), 6) for x in w], c
+        else:
+            assert g == w, c
+
+
+def test_rest_query_equals_the_mock_for_every_featureset(loaded) -> None:  # type: ignore[no-untyped-def]
+    admin, mock, ev, at = loaded
+    rows, ts = _rows(ev, at)
+    for fs, inputs in (("UserFeatures", ["UserFeatures.uid"]),
+                       ("TxnFeatures", ["TxnFeatures.uid", "TxnFeatures.merchant_id",
+                                        "TxnFeatures.amount", "UserFeatures.uid"])):  # fmt: skip
+        got = admin.query(inputs, [fs], rows[inputs], ts)
+        want = mock.query(inputs, [fs], rows[inputs], ts)
+        _same(got, want)
+
+
+def test_explain_is_the_planners_plan(loaded, serving: Serving) -> None:  # type: ignore[no-untyped-def]
+    admin, mock, _, _ = loaded
+    inputs = [
+        "TxnFeatures.uid",
+        "TxnFeatures.merchant_id",
+        "TxnFeatures.amount",
+        "UserFeatures.uid",
+    ]
+    plan = plan_query(list(mock.featuresets.values()), inputs, ["TxnFeatures"])
+    got = admin.explain(inputs, ["TxnFeatures"])
+    assert [s["extractor"] for s in got["steps"]] == [
+        f"{x.featureset}.{x.name}" for x in plan.steps
+    ]
+    assert got["outputs"] == list(plan.outputs)
+    assert {s["runs_in"] for s in got["steps"]} == {"executor process"}  # risk is Python
+    gql = admin.graphql("query($i: [String!]!, $o: [String!]!) { explain(inputs: $i, outputs: $o)"
+                        " { outputs steps { extractor kind lookups runsIn } } }",
+                        {"i": inputs, "o": ["TxnFeatures"]})  # fmt: skip
+    steps = gql["data"]["explain"]["steps"]
+    assert [s["extractor"] for s in steps] == [s["extractor"] for s in got["steps"]]
+    assert any(s["lookups"] == ["MerchantVolume", "UserSpend"] for s in steps)
+
+
+def test_graphql_featureset_types_answer_like_rest(loaded) -> None:  # type: ignore[no-untyped-def]
+    admin, mock, ev, at = loaded
+    uid = int(ev.transactions.uid.iloc[0])
+    got = admin.graphql(
+        f"{{ userFeatures(uid: {uid}) {{ uid spend7d txns1h country isHeavySpender }} }}"
+    )
+    assert "errors" not in got, got
+    want = mock.query(["UserFeatures.uid"], ["UserFeatures"],
+                      pd.DataFrame({"UserFeatures.uid": [uid]}))  # fmt: skip
+    row = got["data"]["userFeatures"]
+    assert row["uid"] == uid
+    assert round(row["spend7d"], 6) == round(float(want["UserFeatures.spend_7d"].iloc[0]), 6)
+    assert row["txns1h"] == int(want["UserFeatures.txns_1h"].iloc[0])
+    assert row["country"] == want["UserFeatures.country"].iloc[0]
+    # the generic field, many rows at once, equals REST
+    rows, ts = _rows(ev, at)
+    gen = admin.graphql("query($d: JSON!, $t: [String!]) { query(inputs: [\"UserFeatures.uid\"], "
+                        "outputs: [\"UserFeatures\"], data: $d, timestamps: $t) }",
+                        {"d": {"UserFeatures.uid": rows["UserFeatures.uid"].tolist()},
+                         "t": [at.isoformat()] * len(rows)})  # fmt: skip
+    rest = admin.query(["UserFeatures.uid"], ["UserFeatures"], rows[["UserFeatures.uid"]], ts)
+    assert gen["data"]["query"]["UserFeatures.txns_1h"] == rest["UserFeatures.txns_1h"].tolist()
+
+
+def test_lookup_through_the_server_equals_the_mock(loaded) -> None:  # type: ignore[no-untyped-def]
+    admin, mock, ev, at = loaded
+    uids = pd.DataFrame({"uid": sorted(ev.transactions.uid.unique())})
+    ts = pd.Series([at] * len(uids))
+    got, found = admin.lookup("UserSpend", uids, timestamps=ts)
+    want, want_found = mock.lookup("UserSpend", uids, ts)
+    assert found.tolist() == want_found.tolist()
+    for c in ["uid", "txns_1h", "txns_forever"]:
+        assert got[c].tolist() == want[c].tolist(), c
+
+
+def test_branches_through_the_server(loaded, serving: Serving) -> None:  # type: ignore[no-untyped-def]
+    admin, _, _, _ = loaded
+    admin.clone_branch("exp", from_branch="main")
+    assert {"main", "exp"} <= set(admin.list_branches())
+    exp = Client(
+        serving.url, serving.token("exp-only", ("query",), branches=("exp",)), branch="exp"
+    )
+    assert exp.list_branches() == ["exp"]
+    assert exp.explain(["UserFeatures.uid"], ["UserFeatures.country"])["steps"]
+    admin.delete_branch("exp")
+    assert "exp" not in admin.list_branches()
+    assert isinstance(spec.CommitSpec, type)
