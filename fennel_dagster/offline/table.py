@@ -249,8 +249,9 @@ def to_arrow(
     for f in ds.fields:
         kind = schema.field(f.name).type
         values = rows[f.name]
-        if pa.types.is_timestamp(kind):
-            cols[f.name] = pa.array(pd.to_datetime(values, utc=True), type=kind)
+        if pa.types.is_timestamp(kind):  # Delta keeps microseconds: finer digits are dropped
+            stamps_ = pd.Series(pd.to_datetime(values, utc=True)).dt.floor("us")
+            cols[f.name] = pa.array(stamps_, type=kind)
         else:
             cols[f.name] = pa.array(values.astype(object).where(values.notna(), None), type=kind)
     stamps = cols[ds.timestamp]

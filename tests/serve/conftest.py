@@ -4,6 +4,7 @@ process in front of it, over real HTTP."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -16,13 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pandas as pd
 import pytest
+from confluent_kafka import Producer
 
-from fennel_dagster.client import LocalClient
+from examples.payments.datasets import DATASETS
+from examples.payments.events import generate
+from examples.payments.featuresets import FEATURESETS
+from fennel_dagster.client import Client, LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.metadata import tokens
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.mock import MockClient
+from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
+from tests.engine.harness import wait_for
+from tests.engine.test_example_end_to_end import TOPIC, fresh_topic
 from tests.platform import drop_platform
 
 
@@ -79,7 +89,7 @@ def start_server(s: Settings, log: Path) -> Serving:
         time.sleep(0.3)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def platform(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     name = f"q{uuid.uuid4().hex[:10]}"
     s = live_stack.with_(
@@ -91,7 +101,7 @@ def platform(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
     drop_platform(s)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def engine(platform: Settings) -> Iterator[Supervisor]:
     with LocalClient(platform) as c:
         c.recover(wait=0)  # migrates the schema
@@ -104,7 +114,7 @@ def engine(platform: Settings) -> Iterator[Supervisor]:
     t.join(120)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def serving(
     platform: Settings, engine: Supervisor, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Serving]:
@@ -115,3 +125,48 @@ def serving(
         srv.process.wait(20)
     except subprocess.TimeoutExpired:
         srv.process.kill()
+
+
+@pytest.fixture(scope="package")
+def loaded(serving: Serving):  # type: ignore[no-untyped-def]
+    """The example committed through the server, its events in, every transaction counted."""
+    s = serving.settings
+    fresh_topic(s, 2)
+    ev = generate(n_users=12, n_merchants=6, n_transactions=300, days=3)
+    admin = Client(serving.url, serving.token("admin", ("admin",)))
+    outcome = admin.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    assert outcome["commit_id"] > 0
+    assert admin.log("ops_webhook", "merchants", ev.merchants).accepted == len(ev.merchants)
+    assert admin.log("ops_webhook", "users", ev.users).accepted == len(ev.users)
+    mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
+    later = pd.Series([ev.transactions.ts.max()] * len(mids))
+
+    def merchants_indexed() -> bool:
+        try:
+            return bool(admin.lookup("Merchant", mids, timestamps=later)[1].all())
+        except LookupError:
+            return False
+
+    wait_for(merchants_indexed, 300, "merchants indexed")
+    time.sleep(3)
+    p = Producer({"bootstrap.servers": s.kafka_servers})
+    for rec in to_records(ev.transactions):
+        p.produce(TOPIC, json.dumps(rec).encode(), partition=rec["uid"] % 2)
+    assert p.flush(30) == 0
+    uids = pd.DataFrame({"uid": sorted(ev.transactions.uid.unique())})
+    end = pd.Series([ev.transactions.ts.max() + pd.Timedelta(minutes=1)] * len(uids))
+
+    def all_counted() -> bool:
+        try:
+            df, found = admin.lookup("UserSpend", uids, timestamps=end)
+        except LookupError:
+            return False
+        return bool(found.all()) and int(df.txns_forever.sum()) == len(ev.transactions)
+
+    wait_for(all_counted, 300, "every transaction aggregated")
+    mock = MockClient()
+    mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    mock.log("ops_webhook", "merchants", ev.merchants)
+    mock.log("ops_webhook", "users", ev.users)
+    mock.log("Transaction", ev.transactions)
+    return admin, mock, ev, end.iloc[0]

@@ -4,71 +4,14 @@ go through it; a commit through it is visible to the next query."""
 
 from __future__ import annotations
 
-import json
-import time
-
 import pandas as pd
 import pytest
-from confluent_kafka import Producer
 
-from examples.payments.datasets import DATASETS
-from examples.payments.events import generate
-from examples.payments.featuresets import FEATURESETS
 from fennel_dagster.client import Client
-from fennel_dagster.mock import MockClient
-from fennel_dagster.ops.rows import to_records
 from fennel_dagster.query.plan import plan_query
-from fennel_dagster.wire import spec
-from tests.engine.harness import wait_for
-from tests.engine.test_example_end_to_end import TOPIC, fresh_topic
 from tests.serve.conftest import Serving
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture(scope="module")
-def loaded(serving: Serving):  # type: ignore[no-untyped-def]
-    """The example committed through the server, its events in, every transaction counted."""
-    s = serving.settings
-    fresh_topic(s, 2)
-    ev = generate(n_users=12, n_merchants=6, n_transactions=300, days=3)
-    admin = Client(serving.url, serving.token("admin", ("admin",)))
-    outcome = admin.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
-    assert outcome["commit_id"] > 0
-    assert admin.log("ops_webhook", "merchants", ev.merchants).accepted == len(ev.merchants)
-    assert admin.log("ops_webhook", "users", ev.users).accepted == len(ev.users)
-    mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
-    later = pd.Series([ev.transactions.ts.max()] * len(mids))
-
-    def merchants_indexed() -> bool:
-        try:
-            return bool(admin.lookup("Merchant", mids, timestamps=later)[1].all())
-        except LookupError:
-            return False
-
-    wait_for(merchants_indexed, 300, "merchants indexed")
-    time.sleep(3)
-    p = Producer({"bootstrap.servers": s.kafka_servers})
-    for rec in to_records(ev.transactions):
-        p.produce(TOPIC, json.dumps(rec).encode(), partition=rec["uid"] % 2)
-    assert p.flush(30) == 0
-    uids = pd.DataFrame({"uid": sorted(ev.transactions.uid.unique())})
-    end = pd.Series([ev.transactions.ts.max() + pd.Timedelta(minutes=1)] * len(uids))
-
-    def all_counted() -> bool:
-        try:
-            df, found = admin.lookup("UserSpend", uids, timestamps=end)
-        except LookupError:
-            return False
-        return bool(found.all()) and int(df.txns_forever.sum()) == len(ev.transactions)
-
-    wait_for(all_counted, 300, "every transaction aggregated")
-    mock = MockClient()
-    mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
-    mock.log("ops_webhook", "merchants", ev.merchants)
-    mock.log("ops_webhook", "users", ev.users)
-    mock.log("Transaction", ev.transactions)
-    return admin, mock, ev, end.iloc[0]
 
 
 def _rows(ev, at):  # type: ignore[no-untyped-def]
@@ -169,4 +112,3 @@ def test_branches_through_the_server(loaded, serving: Serving) -> None:  # type:
     assert exp.explain(["UserFeatures.uid"], ["UserFeatures.country"])["steps"]
     admin.delete_branch("exp")
     assert "exp" not in admin.list_branches()
-    assert isinstance(spec.CommitSpec, type)
