@@ -81,10 +81,10 @@ def guarded(handler: Handler, route: str, public: bool = False) -> Handler:
             response = await handler(request)
         except Exception as e:  # noqa: BLE001 - every error becomes a JSON answer
             status = status_of(e)
-            if status >= 500:
+            if status == 500:  # a bug: logged whole, answered without internals
                 log.exception("request %s on %s failed", rid, route)
             message = (
-                str(e) if status < 500 else f"internal error ({type(e).__name__}); request id {rid}"
+                str(e) if status != 500 else f"internal error ({type(e).__name__}); request id {rid}"
             )
             response = rest.JSON({"error": message, "request_id": rid}, status_code=status)
             ERRORS.labels(route, str(status)).inc()
