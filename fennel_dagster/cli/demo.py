@@ -2,9 +2,10 @@
 
 Starts `dagster dev` (UI + daemon; the engine runs as one Dagster run per job partition),
 commits ``examples/payments`` through Dagster (a commit request the commit sensor runs, so
-the assets appear in the UI), sends the merchants through the webhook, then streams card
-transactions into the ``transactions`` topic in real time and prints a few users' features
-every 30 s. Ctrl-C stops the stream and Dagster.
+the assets appear in the UI), starts a query server (``fennel-dagster serve``) with a demo
+token, sends the merchants through the webhook, then streams card transactions into the
+``transactions`` topic in real time and prints a few users' features, queried over HTTP,
+every 30 s. Ctrl-C stops the stream, the server and Dagster.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from examples.payments.datasets import DATASETS
     from examples.payments.events import generate
     from examples.payments.featuresets import FEATURESETS
-    from fennel_dagster.client import LocalClient
+    from fennel_dagster.client import Client, LocalClient
     from fennel_dagster.stack import up
 
     settings = get_settings().with_(partitions=args.partitions)
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server: subprocess.Popen[bytes] | None = None
     try:
         with LocalClient(settings, via_dagster=True) as client:
             print("committing examples/payments through Dagster ...", flush=True)
@@ -92,15 +94,23 @@ def run(args: argparse.Namespace) -> int:
             client.log("ops_webhook", "users", events.users)
             client.log("ops_webhook", "merchants", events.merchants)
             threading.Thread(target=_stream, args=(settings, args.rate, stop), daemon=True).start()
-            print(
-                f"streaming {args.rate}/s into {TOPIC!r}; UI at {settings.dagster_url}", flush=True
-            )
+            server, url, token = _query_server(settings, env)
+            print(f"streaming {args.rate}/s into {TOPIC!r}; UI at {settings.dagster_url}\n"
+                  f"query server at {url} (GraphQL at {url}/graphql), demo token {token}\n"
+                  f"  curl -s {url}/graphql -H 'Authorization: Bearer {token}' "
+                  "-H 'Content-Type: application/json' "
+                  "-d '{\"query\": \"{ userFeatures(uid: 1) { txns1h spend7d country } }\"}'",
+                  flush=True)  # fmt: skip
             started = time.monotonic()
+            http = Client(url, token)
             while not stop.wait(30):
-                uids = pd.DataFrame({"uid": [1, 2, 3]})
+                uids = pd.DataFrame({"UserFeatures.uid": [1, 2, 3]})
+                wanted: list[str | type] = ["UserFeatures.uid", "UserFeatures.txns_1h",
+                                            "UserFeatures.spend_7d",
+                          "UserFeatures.country"]  # fmt: skip
                 try:
-                    df, found = client.lookup("UserSpend", uids)
-                    print(df[["uid", "txns_1h", "spend_7d", "txns_forever"]].to_string(index=False),
+                    df = http.query(["UserFeatures.uid"], wanted, uids)
+                    print(df.rename(columns=lambda c: c.split(".", 1)[1]).to_string(index=False),
                           flush=True)  # fmt: skip
                 except Exception as e:  # noqa: BLE001 - engine runs still starting
                     print(f"(features not queryable yet: {e})", flush=True)
@@ -108,9 +118,36 @@ def run(args: argparse.Namespace) -> int:
                     break
     finally:
         stop.set()
+        if server is not None:
+            server.terminate()
         dev.send_signal(signal.SIGINT)
         try:
             dev.wait(60)
         except subprocess.TimeoutExpired:
             dev.kill()
     return 0
+
+
+def _query_server(settings: Any, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, str]:
+    """``fennel-dagster serve`` beside Dagster, and a demo token (query and log scopes)."""
+    import httpx
+
+    from fennel_dagster.metadata import tokens
+    from fennel_dagster.metadata.db import connect
+
+    log = settings.logs_dir / "query-server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("fennel-dagster")), "serve"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    with connect(settings, settings.pg_schema, autocommit=True) as conn:
+        token = tokens.create(conn, "demo", ("query", "log"))[1]
+    url = f"http://{settings.host}:{settings.serve_port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    return proc, url, token
