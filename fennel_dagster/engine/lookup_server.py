@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from fennel_dagster.engine import metrics
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.lookup_client import SERVICE_HEADER
 from fennel_dagster.engine.lookups import answer
@@ -76,6 +77,7 @@ def serve(
     jobs: Callable[[str, int], JobRow | None],
     followers: Followers,
     secret: str,
+    metrics_dir: Path | None = None,
 ) -> ThreadingHTTPServer:
     """Start the endpoint in a daemon thread; ``jobs(hash, p)`` is the owned job or None;
     ``secret`` is the service credential every lookup must present."""
@@ -96,7 +98,7 @@ def serve(
             if self.path == "/health":
                 self._reply(200, {"ok": True})
             elif self.path == "/metrics":
-                data = generate_latest()
+                data = metrics.collect(metrics_dir)
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.send_header("Content-Length", str(len(data)))

@@ -40,6 +40,7 @@ from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.metrics import runner_metrics
 from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
 from fennel_dagster.engine.restarts import RestartWatch, transient
@@ -100,6 +101,7 @@ class Runner:
         self.path = state_dir or state_path(settings, owner, job.name, partition)
         self.store = SnapshotStore(settings)
         self.stats = RunnerStats()
+        self.metrics = runner_metrics()
         self.txn_id = f"{job.name}.p{partition}"
         # one consumer group per job partition: a broadcast (join) input is read by every
         # partition of the job, so their committed offsets must not overwrite each other
@@ -180,6 +182,7 @@ class Runner:
             now = time.monotonic()
             if heartbeat is not None and now - last_beat > 2.0:
                 heartbeat()
+                self._measure_lag(consumer)
                 last_beat = now
             msgs = consumer.consume(self.settings.engine_batch_size, timeout)
             batch = [m for m in msgs if not m.error()]
@@ -194,6 +197,7 @@ class Runner:
     def _iterate(
         self, producer: Producer, consumer: Consumer, hangar: Hangar, msgs: list[Message]
     ) -> None:
+        started = time.monotonic()
         groups: dict[TP, list[InMessage]] = {}
         for m in msgs:
             groups.setdefault((m.topic() or "", m.partition() or 0), []).append(
@@ -212,6 +216,23 @@ class Runner:
         self.stats.late += cp.counts.late
         self.stats.batches += 1
         self.stats.messages += len(msgs)
+        metrics, part = self.metrics, str(self.partition)
+        metrics.messages.labels(self.job.name, part).inc(len(msgs))
+        metrics.outputs.labels(self.job.name, part).inc(cp.counts.outputs)
+        metrics.errors.labels(self.job.name, part).inc(cp.counts.errors)
+        metrics.batch_seconds.labels(self.job.name).observe(time.monotonic() - started)
+
+    def _measure_lag(self, consumer: Consumer) -> None:
+        """Messages behind the end of the inputs (a broker round trip: every few seconds)."""
+        try:
+            behind = 0
+            for tp in consumer.position(consumer.assignment()):
+                _, high = consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+                if tp.offset >= 0:
+                    behind += max(0, high - tp.offset)
+            self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
+        except KafkaException:
+            pass  # an unreachable broker is the runner's loop's business, not the metric's
 
     def _process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
         name, ds = self.job.name, self.job.spec.dataset.name

@@ -23,10 +23,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
+from fennel_dagster.engine import metrics
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
@@ -55,10 +57,17 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _runner_main(
-    settings: Settings, job_json: str, partition: int, owner: str, parent: int = 0
+    settings: Settings,
+    job_json: str,
+    partition: int,
+    owner: str,
+    parent: int = 0,
+    metrics_dir: str = "",
 ) -> None:
     if parent:
         _die_with_parent(parent)
+    if metrics_dir:
+        metrics.use_directory(Path(metrics_dir))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -89,6 +98,8 @@ class Supervisor:
         self.outage = Outage(self.engine_id, "Postgres", log)
         self._conn = connect(self.settings, self.settings.pg_schema, autocommit=True)
         migrate(self._conn)
+        self.metrics_dir = self.settings.state_path / ".metrics" / self.engine_id
+        metrics.reset_directory(self.metrics_dir)
 
     def _reconnect(self, error: Exception) -> None:
         """Postgres went away: say so once, then reconnect with backoff (until ``stop``).
@@ -151,6 +162,8 @@ class Supervisor:
             if cur is None:
                 self._start(job, key[1])
             elif not cur.process.is_alive():
+                if cur.process.pid:
+                    metrics.runner_exited(self.metrics_dir, cur.process.pid)
                 log.warning("engine %s: runner %s p%d exited (%s); restarting",
                             self.engine_id, job.name, key[1], cur.process.exitcode)  # fmt: skip
                 self._start(job, key[1], cur.restarts + 1)
@@ -162,7 +175,14 @@ class Supervisor:
     def _start(self, job: JobRow, partition: int, restarts: int = 0) -> None:
         proc = self._ctx.Process(
             target=_runner_main,
-            args=(self.settings, job.to_json(), partition, self.engine_id, os.getpid()),
+            args=(
+                self.settings,
+                job.to_json(),
+                partition,
+                self.engine_id,
+                os.getpid(),
+                str(self.metrics_dir),
+            ),  # fmt: skip
             name=f"runner-{job.name}-p{partition}",
             daemon=False,
         )
@@ -182,6 +202,8 @@ class Supervisor:
         if run.process.is_alive():
             run.process.kill()
             run.process.join(5)
+        if run.process.pid:
+            metrics.runner_exited(self.metrics_dir, run.process.pid)
         log.info("engine %s: stopped %s p%d", self.engine_id, run.job.name, run.partition)
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,8 +220,9 @@ class Supervisor:
         )
         secret = tokens.service_secret(self._conn)
         self.server = serve(
-            self.settings.host, self.settings.engine_port, owned, self.followers, secret
-        )
+            self.settings.host, self.settings.engine_port, owned, self.followers, secret,
+            self.metrics_dir,
+        )  # fmt: skip
         self.address = f"{self.settings.host}:{self.server.server_address[1]}"
 
     def serve(self) -> None:

@@ -112,3 +112,29 @@ def test_branches_through_the_server(loaded, serving: Serving) -> None:  # type:
     assert exp.explain(["UserFeatures.uid"], ["UserFeatures.country"])["steps"]
     admin.delete_branch("exp")
     assert "exp" not in admin.list_branches()
+
+
+def test_server_and_engine_export_their_metrics(loaded, serving: Serving, engine) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples(url: str) -> dict[str, list]:  # type: ignore[type-arg]
+        text = httpx.get(url, timeout=10).text
+        out: dict[str, list] = {}  # type: ignore[type-arg]
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                out.setdefault(s.name, []).append(s)
+        return out
+
+    server = samples(f"{serving.url}/metrics")
+    routes = {s.labels["route"] for s in server["fennel_query_server_request_seconds_count"]}
+    assert {"query", "lookup", "graphql"} <= routes
+    assert server["fennel_query_plan_seconds_count"]
+    assert server["fennel_query_lookup_fanout_count"]
+    eng = samples(f"http://{engine.address}/metrics")
+    done = sum(s.value for s in eng["fennel_engine_messages_total"])
+    assert done > 300  # every transaction went through at least one runner
+    assert sum(s.value for s in eng["fennel_engine_batch_seconds_count"]) > 0
+    assert "fennel_engine_lag_messages" in eng
+    jobs = {s.labels["job"] for s in eng["fennel_engine_messages_total"]}
+    assert any("UserSpend" in j for j in jobs)
