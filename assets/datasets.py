@@ -42,6 +42,8 @@ from fennel_dagster.commit.catalog import (
 from fennel_dagster.commit.requests import outcome_json
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.quality.expectations import run, sample
+from fennel_dagster.serve.graphql import featureset_sdl
+from fennel_dagster.settings import get_settings
 from fennel_dagster.wire import spec
 
 KIND_ORDER = ("kafka", "rocksdb", "spark")
@@ -152,8 +154,17 @@ def source_specs(cat: BranchCatalog) -> list[AssetSpec]:
     return list(out.values())
 
 
-def featureset_spec(cat: BranchCatalog, fs: spec.FeaturesetSpec) -> AssetSpec:
+def featureset_spec(
+    cat: BranchCatalog, fs: spec.FeaturesetSpec, sdl: dict[str, str] | None = None
+) -> AssetSpec:
+    """``sdl``: each featureset's GraphQL type, as the query servers serve it."""
     datasets, featuresets = featureset_deps(fs)
+    graphql: dict[str, Any] = {}
+    if sdl and fs.name in sdl:
+        graphql = {
+            "GraphQL type": MetadataValue.md(f"```graphql\n{sdl[fs.name]}\n```"),
+            "GraphQL endpoint": MetadataValue.url(f"{get_settings().serve_url}/graphql"),
+        }
     return AssetSpec(
         key_of(cat.branch, fs.name),
         deps=[key_of(cat.branch, d) for d in [*datasets, *featuresets]],
@@ -165,6 +176,7 @@ def featureset_spec(cat: BranchCatalog, fs: spec.FeaturesetSpec) -> AssetSpec:
             "extractors": ", ".join(e.name for e in fs.extractors),
             "branch": cat.branch,
             "commit": cat.commit_id,
+            **graphql,
         },
         group_name=group_of(cat.branch),
         owners=_owners(fs.meta),
@@ -178,7 +190,8 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
     if graph is None or not (graph.datasets or graph.featuresets):
         return None
     specs = [dataset_spec(cat, d) for d in graph.datasets if not d.meta.deleted]
-    specs += [featureset_spec(cat, f) for f in graph.featuresets]
+    sdl = featureset_sdl(cat.branch, cat.commit_id, graph) if graph.featuresets else {}
+    specs += [featureset_spec(cat, f, sdl) for f in graph.featuresets]
     specs = _topological(specs)
     order = [s.key for s in specs]
     branch = cat.branch

@@ -19,7 +19,7 @@ from fennel_dagster.settings import get_settings
 from resources import resources
 from sensors.commit import commit_requests
 from sensors.engine import engine_keepalive, engine_partition_run
-from sensors.health import stream_health
+from sensors.health import query_health, stream_health
 
 log = logging.getLogger("fennel_dagster.assets")
 
@@ -48,7 +48,7 @@ def build_definitions() -> Definitions:
         assets=assets,
         asset_checks=checks,
         jobs=[fennel_commit, engine_partition_run],
-        sensors=[commit_requests, engine_keepalive, stream_health],
+        sensors=[commit_requests, engine_keepalive, stream_health, query_health],
         resources=resources(),
     )
 

@@ -107,6 +107,7 @@ class Settings(BaseSettings):
 
     # Query servers (`fennel-dagster serve`)
     serve_port: int = 58080
+    serve_stats_interval_s: float = 10.0  # per-featureset request stats to the metadata store
 
     # Dagster
     dagster_home: Path | None = None  # default: home/dagster
@@ -174,6 +175,11 @@ class Settings(BaseSettings):
         return self.home_dir / "objects"
 
     # ------------------------------------------------------------------ endpoints
+
+    @property
+    def serve_url(self) -> str:
+        """The local query server (``fennel-dagster serve``)."""
+        return f"http://{self.host}:{self.serve_port}"
 
     @property
     def postgres_host(self) -> str:

@@ -1,5 +1,6 @@
-"""Stream health as asset observations: rows, errors, lag and newest event per dataset, and
-the outages (Postgres unreachable, ...) the engines rode out."""
+"""Health as asset observations: per dataset its stream (rows, errors, lag, newest event)
+and the outages the engines rode out; per featureset what the query servers saw (requests,
+p99, errors)."""
 
 import psycopg
 from dagster import (
@@ -14,6 +15,7 @@ from dagster import (
 
 from fennel_dagster.commit import catalog
 from fennel_dagster.engine.health import dataset_health
+from fennel_dagster.metadata import server_stats
 from fennel_dagster.metadata.registry import failures, list_jobs, recent_outages
 from resources import KafkaResource, MetadataStore
 from sensors import unreachable
@@ -65,3 +67,36 @@ def stream_health(
                 "outages ridden out (24 h)": rode_out,
             }))  # fmt: skip
     return SensorResult(asset_events=events) if events else SkipReason("no datasets")
+
+
+@sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Observes each featureset as the query servers answer it: requests, p99, errors.")  # fmt: skip
+def query_health(
+    context: SensorEvaluationContext, metadata: MetadataStore
+) -> SensorResult | SkipReason:
+    try:
+        with metadata.connect(autocommit=True) as conn:
+            rows = server_stats.fresh(conn, 120)
+    except psycopg.ProgrammingError as e:  # no query server has run against this schema
+        return SkipReason(f"no query server statistics yet ({type(e).__name__})")
+    except psycopg.OperationalError as e:
+        return unreachable(e)
+    by_asset: dict[tuple[str, str], list[server_stats.FeaturesetStats]] = {}
+    for r in rows:
+        by_asset.setdefault((r.branch, r.featureset), []).append(r)
+    events = [
+        AssetObservation(
+            asset_key=AssetKey(catalog.asset_path(branch, fs)),
+            metadata={
+                "query servers": len(stats),
+                "requests (last minute)": sum(s.requests for s in stats),
+                "errors (last minute)": sum(s.errors for s in stats),
+                "p50 ms (worst server)": round(max(s.p50_ms for s in stats), 3),
+                "p99 ms (worst server)": round(max(s.p99_ms for s in stats), 3),
+            },
+        )  # fmt: skip
+        for (branch, fs), stats in sorted(by_asset.items())
+    ]
+    return (
+        SensorResult(asset_events=events) if events else SkipReason("no queries in the last minute")
+    )

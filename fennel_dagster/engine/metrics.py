@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client import multiprocess as mp_metrics
+from prometheus_client.metrics_core import Metric
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -71,6 +73,17 @@ def collect(path: Path | None) -> bytes:
     out = generate_latest()
     if path is not None and path.is_dir():
         registry = CollectorRegistry()
-        mp_metrics.MultiProcessCollector(registry, path=str(path))
+        registry.register(_RunnerFamilies(path))
         out += generate_latest(registry)
     return out
+
+
+class _RunnerFamilies:
+    """The runners' engine metrics only: families this process also has (outage gauges)
+    would otherwise appear twice in one exposition, which Prometheus rejects."""
+
+    def __init__(self, path: Path) -> None:
+        self.inner = mp_metrics.MultiProcessCollector(None, path=str(path))
+
+    def collect(self) -> Iterable[Metric]:
+        return [m for m in self.inner.collect() if m.name.startswith("fennel_engine_")]

@@ -84,12 +84,19 @@ def guarded(handler: Handler, route: str, public: bool = False) -> Handler:
             if status == 500:  # a bug: logged whole, answered without internals
                 log.exception("request %s on %s failed", rid, route)
             message = (
-                str(e) if status != 500 else f"internal error ({type(e).__name__}); request id {rid}"
+                str(e)
+                if status != 500
+                else f"internal error ({type(e).__name__}); request id {rid}"
             )
             response = rest.JSON({"error": message, "request_id": rid}, status_code=status)
             ERRORS.labels(route, str(status)).inc()
         elapsed = time.perf_counter() - start
         LATENCY.labels(route, str(response.status_code)).observe(elapsed)
+        touched = getattr(request.state, "featuresets", None)
+        if touched:
+            request.app.state.server.window.record(
+                rest.branch_of(request), touched, elapsed, response.status_code >= 400
+            )
         response.headers["x-request-id"] = rid
         log.info(json.dumps({"request_id": rid, "route": route, "status": response.status_code,
                              "ms": round(elapsed * 1000, 3), "token": who}))  # fmt: skip
@@ -142,6 +149,7 @@ async def graphql_endpoint(request: Request) -> Response:
     ctx = graphql.Context(server, principal, branch, graph)
     result = await schema.execute(query, variable_values=variables, context_value=ctx,
                                   operation_name=body.get("operationName"))  # fmt: skip
+    request.state.featuresets = ctx.touched
     payload: dict[str, Any] = {"data": result.data}
     status = 200
     if result.errors:

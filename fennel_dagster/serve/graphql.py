@@ -12,7 +12,7 @@ the rest. Schemas are cached per (branch, commit).
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, NewType
 
 import pandas as pd
@@ -59,6 +59,7 @@ class Context:
     principal: Principal
     branch: str
     graph: BranchGraph
+    touched: set[str] = field(default_factory=set)  # featuresets answered (for stats)
 
 
 @strawberry.type
@@ -221,8 +222,8 @@ class SchemaBuilder:
 def _selected(info: Info, fs: spec.FeaturesetSpec) -> list[str]:
     camel = {strawberry_name(f.name): f.name for f in fs.features}
     out: list[str] = []
-    for field in info.selected_fields:
-        for sel in field.selections:
+    for selected in info.selected_fields:
+        for sel in selected.selections:
             name = getattr(sel, "name", None)
             if name in camel and camel[name] not in out:
                 out.append(camel[name])
@@ -237,6 +238,7 @@ async def _run(
     ctx: Context, plan: QueryPlan, data: dict[str, list[Any]], ts: list[str] | None
 ) -> pd.DataFrame:
     ctx.principal.require_entities(entities_of(plan))
+    ctx.touched.update(o.split(".", 1)[0] for o in plan.outputs)
     types = ctx.server.feature_types(ctx.graph)
     missing = [i for i in plan.inputs if i not in data]
     if missing:
@@ -324,3 +326,25 @@ class Schemas:
                 self._cache.clear()
             self._cache[key] = found
         return found
+
+
+def featureset_sdl(name: str, head: int | None, commit: spec.CommitSpec) -> dict[str, str]:
+    """Each featureset's GraphQL type and root field as this branch's schema has them (shown
+    on its Dagster asset, so a reader knows what to ask the server)."""
+    import graphql as gql
+
+    schema = SchemaBuilder(BranchGraph(name, head, commit)).build()
+    core = schema._schema  # noqa: SLF001 - graphql-core's schema, for its printer
+    query_type = core.query_type
+    assert query_type is not None
+    out = {}
+    for fs in commit.featuresets:
+        gql_type = core.get_type(fs.name)
+        root = query_type.fields.get(_camel(fs.name))
+        if gql_type is None or root is None:
+            continue
+        args = ", ".join(f"{n}: {a.type}" for n, a in root.args.items())
+        out[fs.name] = (
+            f"{gql.print_type(gql_type)}\n\n# root field\n{_camel(fs.name)}({args}): {fs.name}"
+        )
+    return out

@@ -71,6 +71,7 @@ async def query(request: Request) -> Response:
     graph = server.state.graph(branch)
     plan = server.runner.plan(graph, _names(body, "inputs"), _names(body, "outputs"))
     principal.require_entities(entities_of(plan))
+    request.state.featuresets = {o.split(".", 1)[0] for o in plan.outputs}
     data = columns(body.get("data"), "data")
     missing = [i for i in plan.inputs if i not in data]
     if missing:

@@ -4,10 +4,13 @@ logged rows, and the platform operations (commit, branches) it carries out for c
 from __future__ import annotations
 
 import io
+import os
+import socket
 import threading
 from contextlib import redirect_stdout
 from typing import Any
 
+import psycopg
 from confluent_kafka import Producer
 
 from fennel_dagster.api import LogResult
@@ -15,10 +18,13 @@ from fennel_dagster.client.local import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.protocol import CommitOutcome
 from fennel_dagster.errors import ClientError
+from fennel_dagster.metadata import server_stats
+from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.serve.frames import BadRequest
 from fennel_dagster.serve.queries import QueryRunner
 from fennel_dagster.serve.state import BranchGraph, ServingState
+from fennel_dagster.serve.stats import FeaturesetWindow
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import decode, spec
 
@@ -31,16 +37,32 @@ class Server:
         self._producer: Producer | None = None
         self._types: dict[tuple[str, int | None], dict[str, spec.DType]] = {}
         self._ops = threading.Lock()  # commits and branch operations: one at a time
+        self.window = FeaturesetWindow(f"{socket.gethostname()}:{os.getpid()}")
+        self._stop = threading.Event()
 
     def start(self) -> None:
         self.state.start()
         self.runner.warm()
+        threading.Thread(target=self._publish_stats, name="stats", daemon=True).start()
 
     def close(self) -> None:
+        self._stop.set()
         self.state.stop()
         self.runner.close()
         if self._producer is not None:
             self._producer.flush(10)
+
+    def _publish_stats(self) -> None:
+        """Every ``serve_stats_interval_s``: this server's window, for Dagster to show."""
+        while not self._stop.wait(self.settings.serve_stats_interval_s):
+            rows = self.window.snapshot()
+            if not rows:
+                continue
+            try:
+                with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
+                    server_stats.publish(conn, rows)
+            except psycopg.OperationalError:
+                pass  # the state listener reports the outage; stats resume with Postgres
 
     def feature_types(self, graph: BranchGraph) -> dict[str, spec.DType]:
         key = (graph.name, graph.head)

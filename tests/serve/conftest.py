@@ -96,6 +96,7 @@ def platform(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
         pg_schema=name, namespace=name, partitions=2,
         state_dir=tmp_path_factory.mktemp("state"), engine_snapshot_interval_s=5.0,
         engine_txn_interval_ms=50, engine_poll_interval_s=0.5, engine_lease_s=5.0,
+        serve_stats_interval_s=1.0,
     )  # fmt: skip
     yield s
     drop_platform(s)

@@ -37,15 +37,20 @@ def test_the_http_api_never_answers_a_server_error(serving: Serving, fuzz_token:
     operations = [r.ok() for r in schema.get_all_operations()]
     assert len(operations) >= 9
     for op in operations:
+        _fuzz(op, serving.url, auth, f"{op.method.upper()} {op.path}", with_case_headers=True)
 
-        @given(case=op.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
-        def check(case: Any, what: str = f"{op.method.upper()} {op.path}") -> None:
-            headers = {**(case.headers or {}), **auth}
-            _no_server_error(case.call(base_url=serving.url, headers=headers, timeout=60), what)
 
-        check()
+def _fuzz(op: Any, url: str, auth: dict[str, str], what: str, with_case_headers: bool) -> None:
+    """``EXAMPLES`` generated cases of one operation against the running server."""
+
+    @given(case=op.as_strategy())
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    def check(case: Any) -> None:
+        headers = {**((case.headers or {}) if with_case_headers else {}), **auth}
+        _no_server_error(case.call(base_url=url, headers=headers, timeout=60), what)
+
+    check()
 
 
 def _json_nodes() -> st.SearchStrategy[Any]:
@@ -68,14 +73,7 @@ def test_the_graphql_api_never_answers_a_server_error(serving: Serving, fuzz_tok
     schema = schemathesis.graphql.from_url(f"{serving.url}/graphql", headers=auth)
     for result in schema.get_all_operations():
         op = result.ok()
-
-        @given(case=op.as_strategy())
-        @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
-        def check(case: Any, what: str = op.label) -> None:
-            _no_server_error(case.call(base_url=serving.url, headers=auth, timeout=60), what)
-
-        check()
+        _fuzz(op, serving.url, auth, op.label, with_case_headers=False)
 
 
 def _gql(serving: Serving, token: str, query: Any, variables: Any = None) -> httpx.Response:

@@ -138,3 +138,41 @@ def test_server_and_engine_export_their_metrics(loaded, serving: Serving, engine
     assert "fennel_engine_lag_messages" in eng
     jobs = {s.labels["job"] for s in eng["fennel_engine_messages_total"]}
     assert any("UserSpend" in j for j in jobs)
+
+
+def test_dagster_shows_what_the_servers_answered_on_the_featureset_assets(
+    loaded, serving: Serving, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from dagster import DagsterInstance, SensorResult, build_sensor_context
+
+    from fennel_dagster.settings import get_settings
+    from tests.engine.harness import wait_for
+
+    admin, _, _, _ = loaded
+    for uid in (1, 2, 3):
+        admin.graphql(f"{{ userFeatures(uid: {uid}) {{ country }} }}")
+    for k, v in serving.settings.as_env().items():
+        monkeypatch.setitem(os.environ, k, v)
+    get_settings.cache_clear()
+    try:
+        from resources import MetadataStore
+        from sensors.health import query_health
+
+        def observed() -> SensorResult | None:
+            with DagsterInstance.ephemeral() as instance:
+                ctx = build_sensor_context(
+                    instance=instance, resources={"metadata": MetadataStore()}
+                )
+                result = query_health(ctx)
+            return result if isinstance(result, SensorResult) else None
+
+        wait_for(lambda: observed() is not None, 30, "the server's stats published")
+        result = observed()
+        assert result is not None
+        user = next(e for e in result.asset_events or [] if e.asset_key.path[-1] == "UserFeatures")
+        assert user.metadata["requests (last minute)"].value >= 3
+        assert user.metadata["p99 ms (worst server)"].value > 0
+    finally:
+        get_settings.cache_clear()
