@@ -1,4 +1,5 @@
-"""The engine's lookup endpoint: HTTP/JSON, served from the hangars of its own runners.
+"""The engine's lookup endpoint: HTTP/JSON (Starlette on uvicorn), served from the hangars
+of its own runners.
 
 ``POST /lookup`` with ``{"job": <job hash>, "partition": p, "keys": [{...}],
 "timestamps": [iso...], "fields": [...] | null}`` answers ``{"rows": [...], "found": [...]}``
@@ -11,17 +12,24 @@ servers, which check their tokens.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pandas as pd
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from fennel_dagster.engine import metrics
 from fennel_dagster.engine.hangar import Hangar
@@ -71,6 +79,35 @@ class Followers:
                     hangar.close()
 
 
+class LookupEndpoint:
+    """uvicorn (uvloop, httptools, kept-alive HTTP/1.1) on a thread of the engine's process;
+    the socket is bound first, so ``server_address`` is known at once (port 0: any free
+    port). uvloop, not asyncio's own loop: on a non-main thread the latter answered in ~45 ms
+    here against ~1 ms."""
+
+    def __init__(self, app: Starlette, host: str, port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.server_address: tuple[str, int] = self.sock.getsockname()
+        config = uvicorn.Config(app, http="httptools", loop="uvloop", lifespan="off",
+                                log_level="warning", access_log=False)  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]},
+                                        name="lookup-server", daemon=True)  # fmt: skip
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the engine's lookup endpoint did not start in 30 s")
+            time.sleep(0.01)
+
+    def shutdown(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self.sock.close()
+
+
 def serve(
     host: str,
     port: int,
@@ -78,71 +115,53 @@ def serve(
     followers: Followers,
     secret: str,
     metrics_dir: Path | None = None,
-) -> ThreadingHTTPServer:
-    """Start the endpoint in a daemon thread; ``jobs(hash, p)`` is the owned job or None;
-    ``secret`` is the service credential every lookup must present."""
+) -> LookupEndpoint:
+    """Start the endpoint; ``jobs(hash, p)`` is the owned job or None; ``secret`` is the
+    service credential every lookup must present."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:  # quiet
-            pass
+    def reply(code: int, body: dict[str, Any]) -> Response:
+        return Response(orjson.dumps(body), code, media_type="application/json")
 
-        def _reply(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    async def health(request: Request) -> Response:
+        return reply(200, {"ok": True})
 
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self._reply(200, {"ok": True})
-            elif self.path == "/metrics":
-                data = metrics.collect(metrics_dir)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            else:
-                self._reply(404, {"error": f"no such endpoint {self.path}"})
+    async def metrics_page(request: Request) -> Response:
+        return Response(metrics.collect(metrics_dir), media_type=CONTENT_TYPE_LATEST)
 
-        def do_POST(self) -> None:
-            if self.path != "/lookup":
-                self._reply(404, {"error": f"no such endpoint {self.path}"})
-                return
-            given = self.headers.get(SERVICE_HEADER, "")
-            if not hmac.compare_digest(given.encode(), secret.encode()):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self._reply(401 if not given else 403, {
-                    "error": "engine lookups need the platform's service credential; "
-                    "query through a query server (`fennel-dagster serve`) instead"})  # fmt: skip
-                return
-            try:
-                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                job = jobs(req["job"], int(req["partition"]))
-                if job is None:
-                    self._reply(409, {"error": "this engine does not own that partition"})
-                    return
-                keys = pd.DataFrame(req["keys"])
-                ts = pd.Series(pd.to_datetime(req["timestamps"], utc=True, format="ISO8601"))
-                df, found = followers.read(
-                    job,
-                    int(req["partition"]),
-                    lambda h: answer(h, job, keys, ts, req.get("fields")),
-                )
-                self._reply(200, {"rows": to_records(df), "found": [bool(x) for x in found]})
-            except NoStateYet:
-                self._reply(
-                    200, {"rows": [{} for _ in req["keys"]], "found": [False] * len(req["keys"])}
-                )
-            except LookupFailed as e:
-                self._reply(400, {"error": str(e)})
-            except Exception as e:  # noqa: BLE001 - report, keep serving
-                log.exception("lookup failed")
-                self._reply(500, {"error": f"{type(e).__name__}: {e}"})
+    def answer_lookup(req: dict[str, Any]) -> Response:
+        job = jobs(req["job"], int(req["partition"]))
+        if job is None:
+            return reply(409, {"error": "this engine does not own that partition"})
+        keys = pd.DataFrame(req["keys"])
+        ts = pd.Series(pd.to_datetime(req["timestamps"], utc=True, format="ISO8601"))
+        try:
+            df, found = followers.read(job, int(req["partition"]),
+                                       lambda h: answer(h, job, keys, ts, req.get("fields")))  # fmt: skip
+        except NoStateYet:
+            return reply(
+                200, {"rows": [{} for _ in req["keys"]], "found": [False] * len(req["keys"])}
+            )
+        return reply(200, {"rows": to_records(df), "found": [bool(x) for x in found]})
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="lookup-server", daemon=True).start()
-    return server
+    async def lookup(request: Request) -> Response:
+        given = request.headers.get(SERVICE_HEADER, "")
+        if not hmac.compare_digest(given.encode(), secret.encode()):
+            return reply(401 if not given else 403, {
+                "error": "engine lookups need the platform's service credential; "
+                "query through a query server (`fennel-dagster serve`) instead"})  # fmt: skip
+        try:
+            req = orjson.loads(await request.body())
+            return await run_in_threadpool(answer_lookup, req)
+        except LookupFailed as e:
+            return reply(400, {"error": str(e)})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            return reply(400, {"error": f"malformed lookup request: {type(e).__name__}: {e}"})
+        except Exception as e:  # noqa: BLE001 - report, keep serving
+            log.exception("lookup failed")
+            return reply(500, {"error": f"{type(e).__name__}: {e}"})
+
+    app = Starlette(routes=[
+        Route("/health", health), Route("/metrics", metrics_page),
+        Route("/lookup", lookup, methods=["POST"]),
+    ])  # fmt: skip
+    return LookupEndpoint(app, host, port)

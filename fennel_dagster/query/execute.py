@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import pandas as pd
@@ -34,10 +35,14 @@ class QueryExecutor:
         featuresets: Sequence[spec.FeaturesetSpec],
         datasets: Mapping[str, spec.DatasetSpec],
         provider: LookupProvider,
+        parallel: Executor | None = None,
     ) -> None:
+        """``parallel``: lookups of different datasets that need only the query's inputs
+        run at once on it (a server's engines answer them concurrently)."""
         self.featuresets = {fs.name: fs for fs in featuresets}
         self.datasets = datasets
         self.provider = provider
+        self.parallel = parallel
         self._loaded: dict[tuple[str, str], Callable[..., Any]] = {}
 
     def _callable(self, ex: spec.ExtractorSpec) -> Callable[..., Any]:
@@ -54,15 +59,43 @@ class QueryExecutor:
     def run(self, plan: QueryPlan, inputs: pd.DataFrame, ts: pd.Series) -> pd.DataFrame:
         frame = inputs.reset_index(drop=True).copy()
         ts = pd.to_datetime(ts, utc=True).reset_index(drop=True)
+        fetched = self._prefetch(plan, frame, ts)
         with lookups_served_by(self.provider):
             for ex in plan.steps:
-                produced = self._run_one(ex, frame, ts)
+                produced = self._run_one(ex, frame, ts, fetched)
                 for name, col in produced.items():
                     frame[f"{ex.featureset}.{name}"] = col
         return frame[list(plan.outputs)]
 
+    def _prefetch(
+        self, plan: QueryPlan, frame: pd.DataFrame, ts: pd.Series
+    ) -> dict[tuple[str, tuple[str, ...]], tuple[pd.DataFrame, pd.Series]]:
+        """Lookup extractors whose keys are query inputs, one call per (dataset, key inputs)
+        with all their fields: a featureset of five lookups of one dataset asks it once."""
+        groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for ex in plan.steps:
+            if ex.kind == "lookup" and all(i in frame.columns for i in ex.inputs):
+                fields = groups.setdefault((ex.lookup_dataset, ex.inputs), [])  # type: ignore[arg-type]
+                if ex.lookup_field not in fields:
+                    fields.append(ex.lookup_field)  # type: ignore[arg-type]
+
+        def fetch(key: tuple[str, tuple[str, ...]]) -> tuple[pd.DataFrame, pd.Series]:
+            ds = self.datasets[key[0]]
+            keys = pd.DataFrame(
+                {k: frame[i].to_numpy() for k, i in zip(ds.keys, key[1], strict=True)}
+            )
+            return self.provider(ds.name, ts, keys, groups[key])
+
+        if self.parallel is not None and len(groups) > 1:
+            return dict(zip(groups, self.parallel.map(fetch, groups), strict=True))
+        return {key: fetch(key) for key in groups}
+
     def _run_one(
-        self, ex: spec.ExtractorSpec, frame: pd.DataFrame, ts: pd.Series
+        self,
+        ex: spec.ExtractorSpec,
+        frame: pd.DataFrame,
+        ts: pd.Series,
+        fetched: Mapping[tuple[str, tuple[str, ...]], tuple[pd.DataFrame, pd.Series]],
     ) -> dict[str, pd.Series]:
         fs = self.featuresets[ex.featureset]
         dtypes = {f.name: f for f in fs.features}
@@ -77,10 +110,13 @@ class QueryExecutor:
             return {ex.outputs[0]: out}
         if ex.kind == "lookup":
             ds = self.datasets[ex.lookup_dataset]  # type: ignore[index]
-            keys = pd.DataFrame(
-                {k: frame[i].to_numpy() for k, i in zip(ds.keys, ex.inputs, strict=True)}
-            )
-            df, found = self.provider(ds.name, ts, keys, [ex.lookup_field])  # type: ignore[list-item]
+            got = fetched.get((ds.name, ex.inputs))
+            if got is None:  # keyed by a computed feature: asked when it is known
+                keys = pd.DataFrame(
+                    {k: frame[i].to_numpy() for k, i in zip(ds.keys, ex.inputs, strict=True)}
+                )
+                got = self.provider(ds.name, ts, keys, [ex.lookup_field])  # type: ignore[list-item]
+            df, found = got
             col = df[ex.lookup_field].astype(object).where(found.to_numpy(), None)
             feat = dtypes[ex.outputs[0]]
             default = ex.default if ex.default is not None else feat.default

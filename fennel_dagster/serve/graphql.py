@@ -11,6 +11,7 @@ the rest. Schemas are cached per (branch, commit).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NewType
@@ -30,6 +31,7 @@ from strawberry.types import Info
 
 from fennel_dagster.ops.rows import base_type, json_value
 from fennel_dagster.query.plan import QueryPlan
+from fennel_dagster.serve import frames
 from fennel_dagster.serve.auth import Principal, entities_of
 from fennel_dagster.serve.frames import BadRequest, columns, frame, timestamps, to_json_columns
 from fennel_dagster.serve.queries import explain
@@ -263,8 +265,6 @@ async def _query(info: Info, inputs: list[str], outputs: list[str], data: JSON,
 async def _lookup(info: Info, dataset: str, keys: JSON, fields: list[str] | None = None,
                   timestamps: list[str] | None = None) -> LookupResult:  # fmt: skip
     """A point-in-time lookup of a keyed dataset: ``keys`` as {field: [values]} or rows."""
-    from fennel_dagster.serve.frames import timestamps as stamps_of
-
     ctx: Context = info.context
     ctx.principal.require_entities([dataset])
     job = ctx.graph.serving_job(dataset)
@@ -280,7 +280,7 @@ async def _lookup(info: Info, dataset: str, keys: JSON, fields: list[str] | None
     if fields is not None and any(f not in types for f in fields):
         raise BadRequest(f"fields: expected fields of {dataset} ({', '.join(types)})")
     state = ctx.server.state
-    df, found = await ctx.server.runner.lookup(job, kf, stamps_of(timestamps, len(kf), "timestamps"),
+    df, found = await ctx.server.runner.lookup(job, kf, frames.timestamps(timestamps, len(kf), "timestamps"),
                                                fields, state.routes, state.service_secret)  # fmt: skip
     return LookupResult(data=JSON(to_json_columns(df)), found=[bool(f) for f in found])
 
@@ -300,8 +300,6 @@ class Mutation:
     @strawberry.mutation
     async def log(self, info: Info, webhook: str, endpoint: str, rows: JSON) -> LogAccepted:
         """Rows into every dataset sourcing from ``Webhook(webhook).endpoint(endpoint)``."""
-        import asyncio
-
         ctx: Context = info.context
         data = columns(rows, "rows")
         records = [dict(zip(data, vals, strict=True)) for vals in zip(*data.values(), strict=True)]

@@ -110,6 +110,36 @@ def document() -> dict[str, Any]:
                     parameters=[path("webhook"), path("endpoint")],
                 )
             },
+            "/api/v1/commit": {
+                "post": {
+                    **_op(
+                        "commit the body's definitions to the header's branch",
+                        None,
+                        {"type": "object"},
+                        parameters=[
+                            {
+                                "name": k,
+                                "in": "query",
+                                "required": False,
+                                "schema": {"type": "string", "enum": ["true", "false"]},
+                            }
+                            for k in ("preview", "backfill")
+                        ],
+                    ),
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {
+                                    "type": "string",
+                                    "format": "binary",
+                                    "description": "a wire-encoded CommitSpec (what Client.commit sends)",
+                                }
+                            }
+                        },
+                    },
+                }
+            },
             "/api/v1/branch/list": {
                 "get": _op("branches this token may use", None, {"type": "object"})
             },

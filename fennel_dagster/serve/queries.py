@@ -75,6 +75,8 @@ class QueryRunner:
         self.workers = processes
         self.threads = ThreadPoolExecutor(threads, thread_name_prefix="query")
         self.fanout = ThreadPoolExecutor(threads, thread_name_prefix="lookup-fanout")
+        # datasets looked up at once; a pool of its own, as each waits on the fan-out pool
+        self.datasets = ThreadPoolExecutor(threads, thread_name_prefix="lookup-datasets")
         self.http = httpx.Client(limits=httpx.Limits(max_keepalive_connections=64))
         self.processes = ProcessPoolExecutor(
             processes, mp_context=mp.get_context("spawn"),
@@ -90,6 +92,7 @@ class QueryRunner:
         self.processes.shutdown(cancel_futures=True)
         self.threads.shutdown(cancel_futures=True)
         self.fanout.shutdown(cancel_futures=True)
+        self.datasets.shutdown(cancel_futures=True)
         self.http.close()
 
     def plan(self, graph: BranchGraph, inputs: Sequence[str], outputs: Sequence[str]) -> QueryPlan:
@@ -122,7 +125,7 @@ class QueryRunner:
         else:
             lookups_ = EngineLookups(routes, secret, self.http, self.fanout)
             result = await loop.run_in_executor(
-                self.threads, _execute, graph, plan, frame, ts, lookups_
+                self.threads, _execute, graph, plan, frame, ts, lookups_, self.datasets
             )
             calls, where = lookups_.calls, "server"
         STEP_SECONDS.labels(where).observe(time.perf_counter() - start)
@@ -145,10 +148,15 @@ class QueryRunner:
 
 
 def _execute(
-    graph: BranchGraph, plan: QueryPlan, frame: pd.DataFrame, ts: pd.Series, via: EngineLookups
+    graph: BranchGraph,
+    plan: QueryPlan,
+    frame: pd.DataFrame,
+    ts: pd.Series,
+    via: EngineLookups,
+    parallel: ThreadPoolExecutor,
 ) -> pd.DataFrame:
     executor = QueryExecutor(
-        list(graph.featuresets.values()), graph.datasets, _provider(graph, via)
+        list(graph.featuresets.values()), graph.datasets, _provider(graph, via), parallel
     )
     return executor.run(plan, frame, ts)
 
@@ -181,6 +189,7 @@ def _init_worker(settings_json: str) -> None:
     _worker["executors"] = {}
     _worker["http"] = httpx.Client()
     _worker["fanout"] = ThreadPoolExecutor(8)
+    _worker["datasets"] = ThreadPoolExecutor(8)
 
 
 def _ping(_: int) -> bool:
@@ -218,8 +227,9 @@ def _run_in_worker(
     executor = executors.get((branch, head))
     if executor is None:  # kept, so extractors' code is loaded once per commit
         executor = QueryExecutor(
-            list(graph.featuresets.values()), graph.datasets, _provider(graph, via)
-        )
+            list(graph.featuresets.values()), graph.datasets, _provider(graph, via),
+            _worker["datasets"],
+        )  # fmt: skip
         executors[(branch, head)] = executor
     executor.provider = _provider(graph, via)
     return executor.run(plan, frame, ts), via.calls

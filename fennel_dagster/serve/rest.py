@@ -8,6 +8,7 @@ errors are JSON ``{"error": ...}`` with a 4xx status that names the field at fau
 from __future__ import annotations
 
 import asyncio
+from fnmatch import fnmatchcase
 from typing import Any
 
 import orjson
@@ -154,8 +155,6 @@ async def log(request: Request) -> Response:
 async def list_branches(request: Request) -> Response:
     server: Server = request.app.state.server
     principal: Principal = request.state.principal
-    from fnmatch import fnmatchcase
-
     names = [b for b in sorted(server.state.graphs)
              if any(fnmatchcase(b, p) for p in principal.token.branches)]  # fmt: skip
     return JSON({"branches": [{"name": b} for b in names]})
