@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -102,6 +103,17 @@ class Hangar:
 
     def namespaces(self) -> list[str]:
         return sorted(n for n in self._families if n != META)
+
+    def primary_version(self) -> tuple[tuple[str, int, int], ...]:
+        """A cheap fingerprint of the primary's files (WAL, MANIFEST, CURRENT): every write
+        appends to the WAL, so an unchanged fingerprint means nothing new to catch up on."""
+        out = []
+        with os.scandir(self.path) as entries:
+            for e in entries:
+                if e.name.endswith(".log") or e.name.startswith(("MANIFEST", "CURRENT")):
+                    st = e.stat()
+                    out.append((e.name, st.st_size, st.st_mtime_ns))
+        return tuple(sorted(out))
 
     def catch_up(self) -> None:
         """Secondary only: see the primary's newest writes (and column families)."""

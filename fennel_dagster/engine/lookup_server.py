@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,13 @@ class NoStateYet(LookupFailed):
 
 
 class Followers:
-    """Secondary hangars of owned partitions, opened lazily and caught up per request."""
+    """Secondary hangars of owned partitions, opened lazily, caught up only when their
+    primary has written since (a catch-up costs ~8 ms here; a fingerprint check ~50 µs)."""
 
     def __init__(self, path_of: Callable[[JobRow, int], Path]) -> None:
         self.path_of = path_of
         self.scratch = Path(tempfile.mkdtemp(prefix="fd-lookup-"))
-        self._open: dict[tuple[str, int], tuple[Hangar, threading.Lock]] = {}
+        self._open: dict[tuple[str, int], _Follower] = {}
         self._lock = threading.Lock()
 
     def read(self, job: JobRow, partition: int, fn: Callable[[Hangar], Any]) -> Any:
@@ -63,20 +65,29 @@ class Followers:
                 path = self.path_of(job, partition)
                 if not (path / "CURRENT").exists():
                     raise NoStateYet(f"partition {partition} of {job.name} has no state yet")
-                entry = (Hangar.open_secondary(path, self.scratch / f"{job.hash[:12]}-{partition}"),
-                         threading.Lock())  # fmt: skip
+                scratch = self.scratch / f"{job.hash[:12]}-{partition}"
+                entry = _Follower(Hangar.open_secondary(path, scratch))
                 self._open[key] = entry
-        hangar, lock = entry
-        with lock:
-            hangar.catch_up()
-            return fn(hangar)
+        with entry.lock:
+            version = entry.hangar.primary_version()
+            if version != entry.seen:
+                entry.hangar.catch_up()
+                entry.seen = version
+            return fn(entry.hangar)
 
     def drop(self, keep: set[tuple[str, int]]) -> None:
         with self._lock:
             for key in [k for k in self._open if k not in keep]:
-                hangar, lock = self._open.pop(key)
-                with lock:
-                    hangar.close()
+                entry = self._open.pop(key)
+                with entry.lock:
+                    entry.hangar.close()
+
+
+@dataclass
+class _Follower:
+    hangar: Hangar
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    seen: tuple[tuple[str, int, int], ...] = ()
 
 
 class LookupEndpoint:
