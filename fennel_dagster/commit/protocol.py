@@ -123,7 +123,7 @@ def commit(
             f"({str(e).strip()}). The commit is unfinished: assets it created may exist, and "
             "the branch shows either the previous commit or this one, whole, never a mix. "
             "Recovery settles it (rolls back what did not reach the commit point, finishes what "
-            "did): run Client.recover() once the store is back, or commit again (which "
+            "did): run LocalClient.recover() once the store is back, or commit again (which "
             "recovers first)"
         ) from e
     finally:
