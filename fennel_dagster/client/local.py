@@ -289,13 +289,7 @@ class LocalClient:
         """
         with self.conn.transaction():
             jobs = registry.branch_jobs(self.conn, self.branch)
-        inboxes = {
-            j.spec.webhook.topic: j.spec.webhook.partitions
-            for j in jobs
-            if isinstance(j.spec, plan.SourceJobSpec)
-            and j.spec.webhook is not None
-            and (j.spec.webhook.webhook, j.spec.webhook.endpoint) == (webhook, endpoint)
-        }
+        inboxes = registry.webhook_inboxes(jobs, webhook, endpoint)
         if not inboxes:
             raise ClientError(
                 f"no dataset on branch {self.branch!r} has a source "
@@ -312,4 +306,3 @@ class LocalClient:
                 f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
             )
         return LogResult(len(records))
-

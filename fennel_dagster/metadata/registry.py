@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -59,6 +60,18 @@ def _decode(raw: object) -> plan.JobSpec:
     if not isinstance(job, plan.JOB_SPECS):
         raise TypeError(f"job registry row holds {type(job).__name__}, not a job spec")
     return job
+
+
+def webhook_inboxes(jobs: Sequence[JobRow], webhook: str, endpoint: str) -> dict[str, int]:
+    """Inbox topic -> partitions of every source job reading ``webhook.endpoint``: where rows
+    logged to that endpoint go."""
+    return {
+        j.spec.webhook.topic: j.spec.webhook.partitions
+        for j in jobs
+        if isinstance(j.spec, plan.SourceJobSpec)
+        and j.spec.webhook is not None
+        and (j.spec.webhook.webhook, j.spec.webhook.endpoint) == (webhook, endpoint)
+    }
 
 
 def register_job(conn: psycopg.Connection, job_hash: str, job: plan.JobSpec) -> None:

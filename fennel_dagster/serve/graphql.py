@@ -196,10 +196,11 @@ class SchemaBuilder:
             params.append(inspect.Parameter(py, inspect.Parameter.KEYWORD_ONLY, default=None,
                                             annotation=ann))  # fmt: skip
         types = self.types
+        camel = {strawberry_name(f.name): f.name for f in fs.features}  # once, not per request
 
         async def resolve(info: Info, **given: Any) -> Any:
             ctx: Context = info.context
-            wanted = _selected(info, fs)
+            wanted = _selected(info, camel)
             inputs = {args[p]: v for p, v in given.items() if v is not None}
             outputs = [f"{fs.name}.{w}" for w in wanted if f"{fs.name}.{w}" not in inputs]
             values: dict[str, Any] = {}
@@ -221,8 +222,9 @@ class SchemaBuilder:
         return resolve
 
 
-def _selected(info: Info, fs: spec.FeaturesetSpec) -> list[str]:
-    camel = {strawberry_name(f.name): f.name for f in fs.features}
+def _selected(info: Info, camel: dict[str, str]) -> list[str]:
+    """The requested features (python names) of a featureset field; ``camel`` maps GraphQL
+    names to them."""
     out: list[str] = []
     for selected in info.selected_fields:
         for sel in selected.selections:
@@ -232,8 +234,11 @@ def _selected(info: Info, fs: spec.FeaturesetSpec) -> list[str]:
     return out
 
 
+_NAMES = StrawberryConfig(auto_camel_case=True).name_converter
+
+
 def strawberry_name(name: str) -> str:
-    return StrawberryConfig(auto_camel_case=True).name_converter.apply_naming_config(name)
+    return _NAMES.apply_naming_config(name)
 
 
 async def _run(

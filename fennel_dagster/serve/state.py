@@ -28,7 +28,7 @@ from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.metadata.tokens import TokenRow
 from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.settings import Settings
-from fennel_dagster.wire import decode, plan, spec
+from fennel_dagster.wire import decode, spec
 
 log = logging.getLogger("fennel_dagster.serve")
 CHANNEL = "fennel_serving"
@@ -55,14 +55,7 @@ class BranchGraph:
         return lookups.serving_job(self.jobs, dataset)
 
     def webhook_inboxes(self, webhook: str, endpoint: str) -> dict[str, int]:
-        """Inbox topic -> partitions of every source reading ``webhook.endpoint``."""
-        return {
-            j.spec.webhook.topic: j.spec.webhook.partitions
-            for j in self.jobs
-            if isinstance(j.spec, plan.SourceJobSpec)
-            and j.spec.webhook is not None
-            and (j.spec.webhook.webhook, j.spec.webhook.endpoint) == (webhook, endpoint)
-        }
+        return registry.webhook_inboxes(self.jobs, webhook, endpoint)
 
 
 class UnknownBranch(LookupFailed):
