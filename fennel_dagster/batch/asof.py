@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterator, Mapping
 
 import pandas as pd
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 from pyspark.sql import types as T  # noqa: N812
 
@@ -27,8 +27,8 @@ from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.wire import spec
 
-SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT = (
-    "__seq", "__gone", "__t", "__side", "__left", "__right", "__hit",
+SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT, FOUND = (
+    "__seq", "__gone", "__t", "__side", "__left", "__right", "__hit", "__found",
 )  # fmt: skip
 
 
@@ -71,23 +71,46 @@ def asof_join(
     ts = next(f.name for f in left_fields if f.timestamp)
     wanted = list(node.fields) or [f.name for f in ds.fields if not f.key and not f.timestamp]
     kept = [f for f in left_fields if f.name not in wanted]  # a joined field replaces it
-    keys = [f"__k{i}" for i in range(len(node.left_on))]
+    typed = left.select(*[F.col(f.name).cast(spark_type(f.dtype)).alias(f.name) for f in kept])
+    out = asof_lookup(
+        typed, list(node.left_on), F.col(ts), right, ds, list(node.right_on), wanted,
+        node.within_before,
+    )  # fmt: skip
+    if node.how == "inner":
+        out = out.where(F.col(FOUND))
+    return out.drop(FOUND)
+
+
+def asof_lookup(
+    left: DataFrame,
+    left_on: list[str],
+    left_time: Column,
+    right: DataFrame,
+    ds: spec.DatasetSpec,
+    right_on: list[str],
+    wanted: list[str],
+    within_before: int | None = None,
+) -> DataFrame:
+    """Every row of ``left`` with ``wanted`` fields of ``ds``'s newest version at or before
+    ``left_time`` whose ``right_on`` equal the row's ``left_on`` (nulls where none), and
+    ``FOUND``. ``right``: the dataset's rows (and tombstones), e.g. its offline table."""
+    keys = [f"__k{i}" for i in range(len(left_on))]
     key_types = {f.name: spark_type(f.dtype) for f in ds.fields}
     versions = _versions(right, ds)
     rt = ds.timestamp
+    kept = left.columns
     right_rows = versions.select(
-        *[F.col(rc).cast(key_types[rc]).alias(k) for k, rc in zip(keys, node.right_on, strict=True)],
+        *[F.col(rc).cast(key_types[rc]).alias(k) for k, rc in zip(keys, right_on, strict=True)],
         F.unix_micros(F.col(rt)).alias(TIME), F.lit(0).alias(SIDE), F.col(SEQ),
-        F.lit(None).cast(T.StructType([T.StructField(f.name, spark_type(f.dtype))
-                                       for f in kept])).alias(LEFT),
+        F.lit(None).cast(left.select(F.struct(*kept)).schema[0].dataType).alias(LEFT),
         F.struct(F.unix_micros(F.col(rt)).alias(TIME), F.col(GONE),
                  *[F.col(w) for w in wanted]).alias(RIGHT),
     )  # fmt: skip
     left_rows = left.select(
         *[F.col(lc).cast(key_types[rc]).alias(k)
-          for k, lc, rc in zip(keys, node.left_on, node.right_on, strict=True)],
-        F.unix_micros(F.col(ts)).alias(TIME), F.lit(1).alias(SIDE), F.lit(0).cast("long").alias(SEQ),
-        F.struct(*[F.col(f.name).cast(spark_type(f.dtype)).alias(f.name) for f in kept]).alias(LEFT),
+          for k, lc, rc in zip(keys, left_on, right_on, strict=True)],
+        F.unix_micros(left_time).alias(TIME), F.lit(1).alias(SIDE), F.lit(0).cast("long").alias(SEQ),
+        F.struct(*[F.col(c) for c in kept]).alias(LEFT),
         F.lit(None).cast(right_rows.schema[RIGHT].dataType).alias(RIGHT),
     )  # fmt: skip
     # right before left at one instant: a version stamped at the row's time is visible
@@ -100,14 +123,11 @@ def asof_join(
         HIT, F.last(F.col(RIGHT), ignorenulls=True).over(order)
     )
     hit = F.col(HIT)
-    fresh = F.lit(True) if node.within_before is None else (
-        F.col(TIME) - hit[TIME] <= F.lit(int(node.within_before) * 1_000_000))  # fmt: skip
+    fresh = F.lit(True) if within_before is None else (
+        F.col(TIME) - hit[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
     found = hit.isNotNull() & ~hit[GONE] & fresh
-    out = merged.where(F.col(SIDE) == 1).select(
-        *[F.col(f"{LEFT}.{f.name}").alias(f.name) for f in kept],
+    return merged.where(F.col(SIDE) == 1).select(
+        *[F.col(f"{LEFT}.{c}").alias(c) for c in kept],
         *[F.when(found, hit[w]).alias(w) for w in wanted],
-        found.alias("__found"),
+        found.alias(FOUND),
     )  # fmt: skip
-    if node.how == "inner":
-        out = out.where(F.col("__found"))
-    return out.drop("__found")

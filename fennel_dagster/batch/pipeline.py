@@ -61,10 +61,16 @@ class SparkPipeline:
 
     def run(self, inputs: Mapping[str, DataFrame]) -> DataFrame:
         """The pipeline's output rows, given a DataFrame per input dataset."""
+        return self.frame(self.p.output, inputs)
+
+    def frame(self, node_id: str, inputs: Mapping[str, DataFrame]) -> DataFrame:
+        """The rows node ``node_id`` emits (e.g. what a terminal aggregate consumes)."""
         frames: dict[str, DataFrame] = {}
         for node in self.p.nodes:
             frames[node.id] = self._apply(node, frames, inputs)
-        return frames[self.p.output]
+            if node.id == node_id:
+                break
+        return frames[node_id]
 
     def _apply(
         self, node: spec.Node, frames: dict[str, DataFrame], inputs: Mapping[str, DataFrame]

@@ -67,6 +67,14 @@ class QueryExecutor:
                     frame[f"{ex.featureset}.{name}"] = col
         return frame[list(plan.outputs)]
 
+    def run_python(
+        self, ex: spec.ExtractorSpec, frame: pd.DataFrame, ts: pd.Series
+    ) -> dict[str, pd.Series]:
+        """One Python extractor over ``frame`` (its inputs, by full feature name), its lookups
+        answered by the provider: how Spark runs it on each chunk of an offline query."""
+        with lookups_served_by(self.provider):
+            return self._run_one(ex, frame, ts, {})
+
     def _prefetch(
         self, plan: QueryPlan, frame: pd.DataFrame, ts: pd.Series
     ) -> dict[tuple[str, tuple[str, ...]], tuple[pd.DataFrame, pd.Series]]:

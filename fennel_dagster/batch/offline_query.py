@@ -1,0 +1,185 @@
+"""``query_offline`` on Spark: every output feature as of each input row's own timestamp.
+
+The plan is the online one (``query.plan.plan_query``: which extractors, in which order),
+executed on a Spark DataFrame of the input rows:
+- alias and expression extractors are native Spark Columns (``batch.expr``);
+- lookup extractors are point-in-time lookups (``batch.lookups``): every lookup extractor of
+  one dataset keyed by the same features is answered by one as-of pass, reading only the
+  offline-table partitions up to the newest input row's date;
+- Python extractors run the online executor's code on Arrow chunks, their own lookups
+  answered point-in-time as well (``batch.extractors``);
+- defaults and found/not-found as online (``query.execute``).
+
+Nothing is collected to the driver but the newest input timestamp and the result of a
+small query (``to_pandas`` on the caller's request).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
+
+from fennel_dagster.batch.asof import FOUND
+from fennel_dagster.batch.catalog import OfflineCatalog
+from fennel_dagster.batch.expr import spark_type, to_column
+from fennel_dagster.batch.extractors import RID, run_python
+from fennel_dagster.batch.lookups import Requests, lookup_asof
+from fennel_dagster.errors import QueryError
+from fennel_dagster.query.plan import QueryPlan, plan_query
+from fennel_dagster.wire import spec
+
+TIME = "__time"
+
+
+class OfflineQueryError(QueryError, ValueError):
+    """An offline query whose input cannot be read as asked: names the input and the fix."""
+
+
+@dataclass(frozen=True)
+class OfflineQuery:
+    """What to compute: ``outputs`` given ``inputs``, each row as of ``timestamp_column``.
+    ``feature_to_column_map``: the input column holding a feature (default: its full name)."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    timestamp_column: str
+    feature_to_column_map: dict[str, str] = field(default_factory=dict)
+
+
+def _quoted(name: str) -> Column:
+    return F.col(f"`{name.replace('`', '``')}`")
+
+
+class SparkOfflineQuery:
+    def __init__(
+        self, spark: Any, catalog: OfflineCatalog, featuresets: Sequence[spec.FeaturesetSpec]
+    ) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self.featuresets = list(featuresets)
+        self.features = {
+            f"{fs.name}.{f.name}": f for fs in self.featuresets for f in fs.features
+        }
+
+    def plan(self, q: OfflineQuery) -> QueryPlan:
+        return plan_query(self.featuresets, list(q.inputs), list(q.outputs))
+
+    def run(self, q: OfflineQuery, spine: DataFrame) -> DataFrame:
+        """The outputs (named by feature) and the timestamp column, in the input's order."""
+        qplan = self.plan(q)
+        cols = {f: f"__f{i}" for i, f in enumerate([*qplan.inputs, *self._produced(qplan)])}
+        frame = self._inputs(q, qplan, spine, cols)
+        newest = frame.agg(F.max(TIME)).first()[0]  # one small job: partition pruning
+        until = None if newest is None else newest.date() + dt.timedelta(days=1)
+        done: set[tuple[str, str]] = set()
+        for ex in qplan.steps:
+            if (ex.featureset, ex.name) in done:
+                continue
+            match ex.kind:
+                case "alias":
+                    frame = frame.withColumn(cols[self._out(ex)], F.col(cols[ex.inputs[0]]))
+                case "expr":
+                    frame = self._expr(ex, frame, cols)
+                case "lookup":
+                    frame = self._lookups(ex, qplan, frame, cols, until, done)
+                case _:
+                    frame = run_python(self.spark, self.catalog, self.featuresets, ex, frame,
+                                       cols, TIME, until).localCheckpoint()  # fmt: skip
+            done.add((ex.featureset, ex.name))
+        out = frame.orderBy(RID).select(
+            *[F.col(cols[o]).alias(o) for o in qplan.outputs],
+            F.col(TIME).alias(q.timestamp_column),
+        )
+        return out
+
+    def _produced(self, qplan: QueryPlan) -> list[str]:
+        return [f"{ex.featureset}.{o}" for ex in qplan.steps for o in ex.outputs
+                if f"{ex.featureset}.{o}" not in qplan.inputs]  # fmt: skip
+
+    @staticmethod
+    def _out(ex: spec.ExtractorSpec) -> str:
+        return f"{ex.featureset}.{ex.outputs[0]}"
+
+    def _inputs(
+        self, q: OfflineQuery, qplan: QueryPlan, spine: DataFrame, cols: dict[str, str]
+    ) -> DataFrame:
+        have = spine.columns
+        if q.timestamp_column not in have:
+            raise OfflineQueryError(
+                f"the input has no timestamp column {q.timestamp_column!r} (its columns: "
+                f"{', '.join(have)}); pass timestamp_column= naming the column of each row's time"
+            )
+        picked = []
+        for feature in qplan.inputs:
+            column = q.feature_to_column_map.get(feature, feature)
+            if column not in have:
+                raise OfflineQueryError(
+                    f"input feature {feature} has no column {column!r} in the input (its "
+                    f"columns: {', '.join(have)}); name a column {feature!r}, or map the "
+                    "feature to a column with feature_to_column_map"
+                )
+            dtype = spark_type(self.features[feature].dtype)
+            picked.append(_quoted(column).cast(dtype).alias(cols[feature]))
+        stamp = _quoted(q.timestamp_column)
+        if dict(spine.dtypes)[q.timestamp_column] not in ("timestamp", "timestamp_ntz"):
+            stamp = F.to_timestamp(stamp)
+        frame = spine.select(*picked, stamp.alias(TIME))
+        # row ids fixed once (checkpointed): every later join and pass sees the same ids
+        return frame.withColumn(RID, F.monotonically_increasing_id()).localCheckpoint()
+
+    def _expr(self, ex: spec.ExtractorSpec, frame: DataFrame, cols: dict[str, str]) -> DataFrame:
+        assert ex.expr is not None
+        local = {i.split(".", 1)[1]: F.col(cols[i]) for i in ex.inputs}
+        feature = self.features[self._out(ex)]
+        value = to_column(ex.expr).cast(spark_type(feature.dtype))
+        if ex.default is not None:
+            value = F.coalesce(value, F.lit(ex.default).cast(spark_type(feature.dtype)))
+        out = frame.withColumns(local).withColumn(cols[self._out(ex)], value)
+        return out.drop(*[c for c in local if c not in frame.columns])
+
+    def _lookups(
+        self,
+        ex: spec.ExtractorSpec,
+        qplan: QueryPlan,
+        frame: DataFrame,
+        cols: dict[str, str],
+        until: dt.date | None,
+        done: set[tuple[str, str]],
+    ) -> DataFrame:
+        """``ex`` and every other lookup of its dataset by the same inputs, in one pass."""
+        group = [s for s in qplan.steps if s.kind == "lookup" and s.lookup_dataset ==
+                 ex.lookup_dataset and s.inputs == ex.inputs
+                 and (s.featureset, s.name) not in done]  # fmt: skip
+        fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
+        name = ex.lookup_dataset
+        assert name is not None
+        req = Requests(frame, (RID,), tuple(cols[i] for i in ex.inputs), TIME)
+        where = f"extractor {ex.featureset}.{ex.name}"
+        got = lookup_asof(self.spark, self.catalog, name, req, fields, until, where)
+        outs = {}
+        for s in group:
+            feature = self.features[self._out(s)]
+            default = s.default if s.default is not None else feature.default
+            value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
+            if default is not None:
+                value = F.coalesce(value, F.lit(default))
+            outs[cols[self._out(s)]] = value.cast(spark_type(feature.dtype))
+            done.add((s.featureset, s.name))
+        return got.withColumns(outs).drop(*fields, FOUND)
+
+
+def to_pandas(out: DataFrame) -> Any:
+    """A (small) result on the driver, its timestamps UTC-aware as the online path gives them
+    (Spark hands session-time-zone wall clocks, and the session's zone is UTC)."""
+    import pandas as pd
+
+    frame = out.toPandas()
+    for name, kind in out.dtypes:
+        if kind == "timestamp":
+            frame[name] = pd.to_datetime(frame[name]).dt.tz_localize("UTC")
+    return frame
