@@ -175,8 +175,10 @@ def run_python(
     results: list[DataFrame] = []
     for _ in range(MAX_PASSES):
         out = (
-            todo.groupBy(CHUNK).cogroup(answers.groupBy(CHUNK))
-            .applyInPandas(run_chunk, out_schema).localCheckpoint()
+            todo.groupBy(CHUNK)
+            .cogroup(answers.groupBy(CHUNK))
+            .applyInPandas(run_chunk, out_schema)
+            .localCheckpoint()
         )  # fmt: skip  (a checkpoint, not a cache: each pass's plan starts afresh)
         results.append(out.where(F.col(KIND) == RESULT).select(RID, *out_cols))
         asked = out.where(F.col(KIND) == REQUEST)

@@ -34,7 +34,6 @@ from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.lookup import LookupFailed, lookup_state
-from fennel_dagster.wire import spec
 
 SIDE = "__side"
 
@@ -71,9 +70,7 @@ def lookup_asof(
     if name in catalog.serving:
         return _aggregate_asof(spark, catalog, name, req, fields, until, needed_by)
     right = catalog.read(spark, name, needed_by, until)
-    return asof_lookup(
-        req.frame, list(req.keys), F.col(req.time), right, ds, list(ds.keys), fields
-    )
+    return asof_lookup(req.frame, list(req.keys), F.col(req.time), right, ds, list(ds.keys), fields)
 
 
 def _aggregate_asof(

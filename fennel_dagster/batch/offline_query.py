@@ -62,9 +62,7 @@ class SparkOfflineQuery:
         self.spark = spark
         self.catalog = catalog
         self.featuresets = list(featuresets)
-        self.features = {
-            f"{fs.name}.{f.name}": f for fs in self.featuresets for f in fs.features
-        }
+        self.features = {f"{fs.name}.{f.name}": f for fs in self.featuresets for f in fs.features}
 
     def plan(self, q: OfflineQuery) -> QueryPlan:
         return plan_query(self.featuresets, list(q.inputs), list(q.outputs))
@@ -74,7 +72,8 @@ class SparkOfflineQuery:
         qplan = self.plan(q)
         cols = {f: f"__f{i}" for i, f in enumerate([*qplan.inputs, *self._produced(qplan)])}
         frame = self._inputs(q, qplan, spine, cols)
-        newest = frame.agg(F.max(TIME)).first()[0]  # one small job: partition pruning
+        top = frame.agg(F.max(TIME)).first()  # one small job: partition pruning
+        newest = None if top is None else top[0]
         until = None if newest is None else newest.date() + dt.timedelta(days=1)
         done: set[tuple[str, str]] = set()
         for ex in qplan.steps:
@@ -178,7 +177,7 @@ def to_pandas(out: DataFrame) -> Any:
     (Spark hands session-time-zone wall clocks, and the session's zone is UTC)."""
     import pandas as pd
 
-    frame = out.toPandas()
+    frame: Any = out.toPandas()
     for name, kind in out.dtypes:
         if kind == "timestamp":
             frame[name] = pd.to_datetime(frame[name]).dt.tz_localize("UTC")

@@ -9,6 +9,7 @@ through ``Client`` instead, holding a token rather than a database DSN.
 from __future__ import annotations
 
 import getpass
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,7 +28,9 @@ from fennel_dagster.api import (
     now_for,
     refuse_feature_log,
 )
+from fennel_dagster.batch.offline_runner import execute
 from fennel_dagster.batch.spark import spark_session
+from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.commit import bank, branches, janitor, protocol, requests
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.compiler import job_of
@@ -39,9 +42,10 @@ from fennel_dagster.engine import lookups
 from fennel_dagster.engine.backfill import Backfiller, BackfillReport
 from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
-from fennel_dagster.metadata import registry, tokens
+from fennel_dagster.metadata import offline_queries, registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.offline.exchange import prepare_request, read_frame
 from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.query.execute import QueryExecutor
 from fennel_dagster.query.plan import QueryPlanError, plan_query
@@ -278,6 +282,68 @@ class LocalClient:
         datasets = {d.name: d for d in graph.datasets}
         executor = QueryExecutor(graph.featuresets, datasets, self._lookup)
         return executor.run(qplan, input_df, now_for(input_df, timestamps))
+
+    def query_offline(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        timestamp_column: str,
+        format: str = "pandas",  # noqa: A002 - Fennel's name
+        input_dataframe: pd.DataFrame | None = None,
+        input_s3: str | None = None,
+        output_s3: str | None = None,
+        feature_to_column_map: dict[str, str] | None = None,
+        *,
+        input_format: str = "parquet",
+        output_format: str = "parquet",
+        wait: bool = False,
+        timeout: float = 3600.0,
+    ) -> dict[str, Any] | pd.DataFrame:
+        """Point-in-time features on Spark: each row's ``outputs`` as of its own
+        ``timestamp_column``. Returns the request's status at once (``request_id``; follow it
+        with ``track_offline_query``, stop it with ``cancel_offline_query``). ``wait=True``
+        returns when it ends: a DataFrame for a DataFrame input with ``format="pandas"``,
+        else the final status. Runs as a Dagster run (``via_dagster``) or on this client's
+        Spark session."""
+        request = prepare_request(
+            self.settings, [feature_name(i) for i in inputs], [feature_name(o) for o in outputs],
+            timestamp_column, input_dataframe, input_s3, output_s3, feature_to_column_map,
+            input_format, output_format,
+        )  # fmt: skip
+        with self.conn.transaction():
+            request_id = offline_queries.insert(self.conn, self.branch, request)
+        if not self.via_dagster:
+            worker = threading.Thread(
+                target=execute, args=(self.spark(), self.settings, request_id,
+                                      f"local-{request_id}", self.on_progress),
+                name=f"offline-query-{request_id}", daemon=True,
+            )  # fmt: skip
+            worker.start()
+        if not wait:
+            return self.track_offline_query(request_id)
+        final = self.wait_offline_query(request_id, timeout)
+        if input_dataframe is not None and format == "pandas":
+            return read_frame(self.settings, request.output_uri)
+        return final
+
+    def track_offline_query(self, request_id: int) -> dict[str, Any]:
+        """An offline query's state, progress (stage, tasks, ETA) and result."""
+        with self.conn.transaction():
+            st = offline_queries.status(self.conn, int(request_id))
+        if st is None:
+            raise ClientError(f"no offline query {request_id}")
+        return st.to_dict()
+
+    def cancel_offline_query(self, request_id: int) -> dict[str, Any]:
+        with self.conn.transaction():
+            st = offline_queries.request_cancel(self.conn, int(request_id))
+        if st is None:
+            raise ClientError(f"no offline query {request_id}")
+        return st.to_dict()
+
+    def wait_offline_query(self, request_id: int, timeout: float = 3600.0) -> dict[str, Any]:
+        """Poll until the query ends; raises ``OfflineQueryFailed`` unless it is done."""
+        return wait_until_finished(lambda: self.track_offline_query(request_id), timeout)
 
     # ---------------------------------------------------------------- write path
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from confluent_kafka import Producer
@@ -21,9 +23,13 @@ from examples.payments.events import generate
 from examples.payments.featuresets import FEATURESETS
 from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import branch_jobs
 from fennel_dagster.mock import MockClient
+from fennel_dagster.offline.table import OfflineTable
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
+from fennel_dagster.wire import plan
 from tests.engine.harness import wait_for
 
 pytestmark = pytest.mark.services
@@ -48,6 +54,48 @@ def fresh_topic(s: Settings, partitions: int) -> None:
             time.sleep(1)
 
 
+INPUTS = ["UserFeatures.uid", "TxnFeatures.uid", "TxnFeatures.merchant_id", "TxnFeatures.amount"]
+OUTPUTS = ["UserFeatures", "TxnFeatures"]
+
+
+def _spine(ev: Any, rows: int = 80) -> pd.DataFrame:
+    """Rows at random seconds from before the first event to a day after the last."""
+    rng = np.random.default_rng(11)
+    start = ev.transactions.ts.min() - pd.Timedelta(hours=1)
+    span = int((ev.transactions.ts.max() - start).total_seconds()) + 86400
+    uid = rng.choice(sorted(ev.transactions.uid.unique()), rows)
+    return pd.DataFrame({
+        "UserFeatures.uid": uid, "TxnFeatures.uid": uid,
+        "TxnFeatures.merchant_id": rng.choice(ev.merchants.merchant_id.to_numpy(), rows),
+        "TxnFeatures.amount": rng.integers(1, 500, rows).astype(float),
+        "ts": [start + pd.Timedelta(seconds=int(x)) for x in rng.integers(0, span, rows)],
+    })  # fmt: skip
+
+
+def _cells(col: pd.Series) -> list[Any]:
+    def norm(v: Any) -> Any:
+        if isinstance(v, np.ndarray | list):
+            return [norm(x) for x in v]
+        if isinstance(v, float | np.floating):
+            return None if np.isnan(v) else round(float(v), 6)
+        if isinstance(v, np.generic):
+            return v.item()
+        return None if v is None or v is pd.NA else v
+
+    return [norm(v) for v in col.tolist()]
+
+
+def _wait_offline_tables(s: Settings, rows: dict[str, int]) -> None:
+    """Until the engines' offline writers have put ``rows`` rows in each dataset's table."""
+    with connect(s, s.pg_schema) as conn:
+        jobs = branch_jobs(conn, "main")
+    tables = {j.spec.dataset.name: OfflineTable(s, j.spec.table) for j in jobs
+              if isinstance(j.spec, plan.OfflineJobSpec)}  # fmt: skip
+    for name, n in rows.items():
+        wait_for(lambda t=tables[name], n=n: t.read([t.dataset.timestamp]).num_rows >= n,
+                 180, f"{name}'s offline table")  # fmt: skip
+
+
 def lookup_all(client: LocalClient, dataset: str, keys: pd.DataFrame, at: pd.Series):  # type: ignore[no-untyped-def]
     """A lookup, or None while the engines' runners are still starting (slow on a busy box)."""
     try:
@@ -57,8 +105,10 @@ def lookup_all(client: LocalClient, dataset: str, keys: pd.DataFrame, at: pd.Ser
 
 
 def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
-    engine_settings: Settings,
+    engine_settings: Settings, spark: Any
 ) -> None:
+    """... and ``query_offline`` on Spark, from the offline tables the engines wrote, gives
+    every featureset's features as ``query`` does online at the same timestamps."""
     s = engine_settings.with_(partitions=2)
     fresh_topic(s, 2)
     ev = generate(n_users=15, n_merchants=8, n_transactions=400, days=3)
@@ -100,6 +150,16 @@ def test_example_repo_on_the_engine_answers_lookups_like_the_mock(
             got, found = client.lookup("UserSpend", uids, timestamps=end)
             feats = client.query(["UserFeatures.uid"], ["UserFeatures"],
                                  uids.rename(columns={"uid": "UserFeatures.uid"}), end)  # fmt: skip
+            spine = _spine(ev)
+            online = client.query(INPUTS, OUTPUTS, spine.drop(columns=["ts"]), spine["ts"])
+            _wait_offline_tables(s, {"User": 15, "EnrichedTransaction": len(ev.transactions)})
+        with LocalClient(s, spark=lambda: spark) as client:
+            offline = client.query_offline(INPUTS, OUTPUTS, "ts", input_dataframe=spine, wait=True)
+            assert isinstance(offline, pd.DataFrame)
+            assert list(offline.columns) == [*online.columns, "ts"]
+            assert offline["ts"].tolist() == spine["ts"].tolist()
+            for c in online.columns:  # row for row, every feature of both featuresets
+                assert _cells(offline[c]) == _cells(online[c]), c
     finally:
         sup.stop()
         t.join(120)
