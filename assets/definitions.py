@@ -1,7 +1,8 @@
 """The Dagster code location of fennel_dagster (loaded by workspace.yaml).
 
 Reads what is committed (Postgres) and turns it into assets and checks; adds the commit job
-and sensor, the engine's per-partition job and keep-alive sensor, and stream observations.
+and sensor, the engine's per-partition job and keep-alive sensor, the offline query job and
+sensor, and stream observations.
 A commit run reloads this location, so new assets appear without a restart.
 """
 
@@ -12,6 +13,7 @@ from dagster import AssetsDefinition, AssetSpec, Definitions
 from assets.commit_job import fennel_commit
 from assets.datasets import branch_assets, expectation_checks, source_specs
 from assets.offline import offline_assets
+from assets.offline_queries import fennel_offline_query
 from fennel_dagster.commit import catalog
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -20,6 +22,7 @@ from resources import resources
 from sensors.commit import commit_requests
 from sensors.engine import engine_keepalive, engine_partition_run
 from sensors.health import query_health, stream_health
+from sensors.offline_queries import offline_query_requests
 
 log = logging.getLogger("fennel_dagster.assets")
 
@@ -47,8 +50,14 @@ def build_definitions() -> Definitions:
     return Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[fennel_commit, engine_partition_run],
-        sensors=[commit_requests, engine_keepalive, stream_health, query_health],
+        jobs=[fennel_commit, engine_partition_run, fennel_offline_query],
+        sensors=[
+            commit_requests,
+            engine_keepalive,
+            stream_health,
+            query_health,
+            offline_query_requests,
+        ],
         resources=resources(),
     )
 

@@ -201,7 +201,8 @@ def _preamble(fn: Any) -> str:
 def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable[..., Any]:
     """The callable that ``code`` defines, with ``namespace`` names visible to it."""
     seeded = dict(namespace or {})
-    env: dict[str, Any] = {"__name__": "fennel_usercode"}
+    # seeded first too: a closure binding in the preamble (``spend = Spend``) names a handle
+    env: dict[str, Any] = {"__name__": "fennel_usercode", **seeded}
     for stmt in _statements(code.preamble):
         try:
             exec(compile(stmt, "<fennel preamble>", "exec"), env)  # noqa: S102
