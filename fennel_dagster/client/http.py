@@ -22,6 +22,7 @@ from fennel_dagster.api import (
     input_frame,
     refuse_feature_log,
 )
+from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError
@@ -172,6 +173,60 @@ class Client:
         result: dict[str, Any] = self._call("POST", "/graphql",
                                             json={"query": query, "variables": variables})  # fmt: skip
         return result
+
+    def query_offline(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        timestamp_column: str,
+        format: str = "pandas",  # noqa: A002 - Fennel's name
+        input_dataframe: pd.DataFrame | None = None,
+        input_s3: str | None = None,
+        output_s3: str | None = None,
+        feature_to_column_map: dict[str, str] | None = None,
+        *,
+        input_format: str = "parquet",
+        output_format: str = "parquet",
+        wait: bool = False,
+        timeout: float = 3600.0,
+    ) -> dict[str, Any] | pd.DataFrame:
+        """As ``LocalClient.query_offline``, through the server (the deployment's Dagster
+        runs it). A DataFrame input travels in the request; ``wait=True`` with
+        ``format="pandas"`` brings a DataFrame input's result back the same way."""
+        body: dict[str, Any] = {
+            "inputs": [feature_name(i) for i in inputs],
+            "outputs": [feature_name(o) for o in outputs],
+            "timestamp_column": timestamp_column, "input_s3": input_s3, "output_s3": output_s3,
+            "feature_to_column_map": feature_to_column_map or {},
+            "input_format": input_format, "output_format": output_format,
+        }  # fmt: skip
+        if input_dataframe is not None:
+            body["data"] = {str(c): json_column(input_dataframe[c])
+                            for c in input_dataframe.columns}  # fmt: skip
+        status: dict[str, Any] = self._call("POST", "/api/v1/query_offline", json=body)
+        if not wait:
+            return status
+        final = self.wait_offline_query(status["request_id"], timeout)
+        if input_dataframe is None or format != "pandas":
+            return final
+        reply = self._call("GET", f"/api/v1/query_offline/{status['request_id']}/result")
+        stamps = reply["data"].pop(timestamp_column)
+        out = _typed(reply["data"], reply["types"])
+        out[timestamp_column] = pd.to_datetime(pd.Series(stamps), utc=True)
+        return out
+
+    def track_offline_query(self, request_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/v1/query_offline/{int(request_id)}")
+        return result
+
+    def cancel_offline_query(self, request_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/api/v1/query_offline/{int(request_id)}/cancel"
+        )
+        return result
+
+    def wait_offline_query(self, request_id: int, timeout: float = 3600.0) -> dict[str, Any]:
+        return wait_until_finished(lambda: self.track_offline_query(request_id), timeout)
 
     # ---------------------------------------------------------------- write path
 

@@ -30,7 +30,7 @@ from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.query.plan import QueryPlanError
 from fennel_dagster.serve import graphql, rest
 from fennel_dagster.serve.auth import AuthError, authenticate
-from fennel_dagster.serve.frames import BadRequest
+from fennel_dagster.serve.frames import BadRequest, NotFound
 from fennel_dagster.serve.openapi import document
 from fennel_dagster.serve.server import Server
 from fennel_dagster.serve.state import UnknownBranch
@@ -53,7 +53,7 @@ def status_of(e: BaseException) -> int:
     match e:
         case AuthError():
             return e.status
-        case UnknownBranch():
+        case UnknownBranch() | NotFound():
             return 404
         case EngineUnavailable():
             return 503
@@ -186,6 +186,34 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
         Route(f"{v1}/init", guarded(rest.init_branch, "init"), methods=["POST"]),
         Route(f"{v1}/delete", guarded(rest.delete_branch, "delete"), methods=["POST"]),
         Route(f"{v1}/branch/list", guarded(rest.list_branches, "branches"), methods=["GET"]),
+        Route(
+            f"{v1}/query_offline", guarded(rest.query_offline, "query_offline"), methods=["POST"]
+        ),
+        Route(
+            f"{v1}/query_offline/status",
+            guarded(rest.offline_status, "offline_status"),
+            methods=["GET"],
+        ),
+        Route(
+            f"{v1}/query_offline/cancel",
+            guarded(rest.offline_cancel, "offline_cancel"),
+            methods=["POST"],
+        ),
+        Route(
+            v1 + "/query_offline/{request_id}",
+            guarded(rest.offline_status, "offline_status"),
+            methods=["GET"],
+        ),
+        Route(
+            v1 + "/query_offline/{request_id}/cancel",
+            guarded(rest.offline_cancel, "offline_cancel"),
+            methods=["POST"],
+        ),
+        Route(
+            v1 + "/query_offline/{request_id}/result",
+            guarded(rest.offline_result, "offline_result"),
+            methods=["GET"],
+        ),
         Route("/graphql", guarded(graphql_endpoint, "graphql"), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -23,6 +23,10 @@ class BadRequest(QueryError, ValueError):
     """Input that does not fit the API or the declared types: answered 400."""
 
 
+class NotFound(QueryError, LookupError):
+    """A thing the request names that does not exist (an offline query id): answered 404."""
+
+
 def columns(data: Any, what: str) -> dict[str, list[Any]]:
     """``{column: [values]}`` from columnar or row-oriented JSON, all columns one length."""
     if isinstance(data, list):

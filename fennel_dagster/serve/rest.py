@@ -200,3 +200,86 @@ async def commit(request: Request) -> Response:
         server.runner.threads, server.commit, branch, raw, flags["preview"], flags["backfill"]
     )
     return JSON(summary)
+
+
+# ---------------------------------------------------------------- offline queries
+
+
+async def query_offline(request: Request) -> Response:
+    """Record an offline query (run by the deployment's Dagster ``fennel_offline_query``
+    job); the reply is its status, with ``request_id`` to follow it by."""
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    body = await body_json(request)
+    graph = server.state.graph(branch)
+    inputs, outputs = _names(body, "inputs"), _names(body, "outputs")
+    plan = server.runner.plan(graph, inputs, outputs)  # unknown features: a 400 now, not later
+    principal.require_entities(entities_of(plan))
+    ts_col = body.get("timestamp_column")
+    if not isinstance(ts_col, str) or not ts_col:
+        raise BadRequest("timestamp_column: name the input column holding each row's time")
+    df = None
+    if body.get("data") is not None:
+        data = columns(body["data"], "data")
+        if ts_col not in data:
+            raise BadRequest(f"data: no timestamp column {ts_col!r} (timestamp_column)")
+        types = server.feature_types(graph)
+        df = frame({i: data[i] for i in plan.inputs if i in data}, types, "data")
+        df[ts_col] = timestamps(data[ts_col], len(df), ts_col).to_numpy()
+    status = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.query_offline, branch, body, df
+    )
+    return JSON(status)
+
+
+def _request_id(request: Request) -> int:
+    raw = request.path_params.get("request_id") or request.query_params.get("request_id")
+    if raw is None or not str(raw).isdigit():
+        raise BadRequest("request_id: the id query_offline returned (an integer)")
+    return int(raw)
+
+
+async def offline_status(request: Request) -> Response:
+    server: Server = request.app.state.server
+    status = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.offline_status, _request_id(request), False
+    )
+    request.state.principal.require("query", status["branch"])
+    return JSON(status)
+
+
+async def offline_cancel(request: Request) -> Response:
+    server: Server = request.app.state.server
+    rid = _request_id(request)
+    status = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.offline_status, rid, False
+    )
+    request.state.principal.require("query", status["branch"])
+    status = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.offline_status, rid, True
+    )
+    return JSON(status)
+
+
+async def offline_result(request: Request) -> Response:
+    """A finished query's output as columns (up to ``MAX_RESULT_ROWS``: larger results are
+    read from ``output_uri`` on S3, not through the server)."""
+    server: Server = request.app.state.server
+    rid = _request_id(request)
+    status = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.offline_status, rid, False
+    )
+    request.state.principal.require("query", status["branch"])
+    out = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.offline_result, status
+    )
+    types = server.feature_types(server.state.graph(status["branch"]))
+    ts = status["request"]["timestamp_column"]
+    return JSON(
+        {
+            "data": to_json_columns(out),
+            "types": {c: codec.to_jsonable(types[c]) for c in out.columns if c != ts},
+        }
+    )

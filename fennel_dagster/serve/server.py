@@ -10,6 +10,7 @@ import threading
 from contextlib import redirect_stdout
 from typing import Any
 
+import pandas as pd
 import psycopg
 from confluent_kafka import Producer
 
@@ -18,15 +19,18 @@ from fennel_dagster.client.local import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.protocol import CommitOutcome
 from fennel_dagster.errors import ClientError
-from fennel_dagster.metadata import server_stats
+from fennel_dagster.metadata import offline_queries, server_stats
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.offline.exchange import prepare_request, read_frame
 from fennel_dagster.ops.rows import dumps
-from fennel_dagster.serve.frames import BadRequest
+from fennel_dagster.serve.frames import BadRequest, NotFound
 from fennel_dagster.serve.queries import QueryRunner
 from fennel_dagster.serve.state import BranchGraph, ServingState
 from fennel_dagster.serve.stats import FeaturesetWindow
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import decode, spec
+
+MAX_RESULT_ROWS = 1_000_000
 
 
 class Server:
@@ -117,6 +121,54 @@ class Server:
                     "created": len(result.diff.create), "released": len(result.diff.release),
                     "backfills": len(client.backfills)}  # fmt: skip
         return dict(result)
+
+    # ------------------------------------------------------------------ offline queries
+
+    def query_offline(
+        self, branch: str, body: dict[str, Any], df: pd.DataFrame | None
+    ) -> dict[str, Any]:
+        fmap = body.get("feature_to_column_map") or {}
+        if not isinstance(fmap, dict):
+            raise BadRequest("feature_to_column_map: an object of feature -> input column")
+        try:
+            request = prepare_request(
+                self.settings, body["inputs"], body["outputs"], body["timestamp_column"],
+                input_dataframe=df, input_s3=body.get("input_s3"),
+                output_s3=body.get("output_s3"), feature_to_column_map=fmap,
+                input_format=body.get("input_format", "parquet"),
+                output_format=body.get("output_format", "parquet"),
+            )  # fmt: skip
+        except ClientError as e:
+            raise BadRequest(str(e).replace("input_dataframe", "data")) from None
+        with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
+            rid = offline_queries.insert(conn, branch, request)
+            status = offline_queries.status(conn, rid)
+        assert status is not None
+        return status.to_dict()
+
+    def offline_status(self, request_id: int, cancel: bool) -> dict[str, Any]:
+        with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
+            if cancel:
+                status = offline_queries.request_cancel(conn, request_id)
+            else:
+                status = offline_queries.status(conn, request_id)
+        if status is None:
+            raise NotFound(f"no offline query {request_id}")
+        return status.to_dict()
+
+    def offline_result(self, status: dict[str, Any]) -> pd.DataFrame:
+        if status["state"] != "done":
+            raise BadRequest(
+                f"offline query {status['request_id']} is {status['state']}, not done: "
+                "poll its status until it is"
+            )
+        rows = int(status["result"]["rows"])
+        if rows > MAX_RESULT_ROWS:
+            raise BadRequest(
+                f"offline query {status['request_id']} has {rows} rows, over the "
+                f"{MAX_RESULT_ROWS} a reply carries: read {status['result']['output_uri']}"
+            )
+        return read_frame(self.settings, status["result"]["output_uri"])
 
     def init_branch(self, branch: str, clone_from: str | None) -> None:
         with self._ops, self._client(branch) as client:
