@@ -27,18 +27,31 @@ from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.wire import spec
 
-SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT, FOUND = (
-    "__seq", "__gone", "__t", "__side", "__left", "__right", "__hit", "__found",
+SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT, FOUND, TIED = (
+    "__seq", "__gone", "__t", "__side", "__left", "__right", "__hit", "__found", "__tied",
 )  # fmt: skip
+BROADCAST_TIES = 1_000_000  # (key, time) pairs with several versions: sent to every task
 
 
 def _versions(right: DataFrame, ds: spec.DatasetSpec) -> DataFrame:
     """The right rows with each version's content sequence and tombstone flag, as the
-    engine's index computes them (``ops.index.upsert``)."""
+    engine's index computes them (``ops.index.upsert``). The sequence only orders versions of
+    one key at one instant, so only such ties pay for it (the engine's JSON + CRC in
+    ``mapInPandas``); every other row gets 0, computed by Spark. Finding the ties is one
+    narrow scan (keys and time) — a Parquet/Delta read of two columns."""
     fields = list(ds.fields)
     names = [f.name for f in fields]
     has_deleted = index.DELETED in right.columns
     cols = [*names, *([index.DELETED] if has_deleted else [])]
+    gone = F.coalesce(F.col(index.DELETED), F.lit(False)) if has_deleted else F.lit(False)
+    plain = [*[F.col(n) for n in names], F.lit(0).cast("long").alias(SEQ), gone.alias(GONE)]
+    key_ts = [*ds.keys, ds.timestamp]
+    dups = right.groupBy(*key_ts).count().where(F.col("count") > 1).select(*key_ts)
+    tied_n = dups.count()  # a small job; almost always 0
+    if tied_n == 0:
+        return right.select(*plain)
+    marks = (F.broadcast(dups) if tied_n <= BROADCAST_TIES else dups).withColumn(TIED, F.lit(True))
+    marked = right.select(*cols).join(marks, key_ts, "left")
 
     def seqs(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in batches:
@@ -56,7 +69,8 @@ def _versions(right: DataFrame, ds: spec.DatasetSpec) -> DataFrame:
         *[T.StructField(f.name, spark_type(f.dtype)) for f in fields],
         T.StructField(SEQ, T.LongType()), T.StructField(GONE, T.BooleanType()),
     ])  # fmt: skip
-    return right.select(*cols).mapInPandas(seqs, schema)
+    tied = marked.where(F.col(TIED).isNotNull()).select(*cols).mapInPandas(seqs, schema)
+    return marked.where(F.col(TIED).isNull()).select(*plain).unionByName(tied)
 
 
 def asof_join(

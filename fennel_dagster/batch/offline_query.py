@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ class SparkOfflineQuery:
         newest = None if top is None else top[0]
         until = None if newest is None else newest.date() + dt.timedelta(days=1)
         done: set[tuple[str, str]] = set()
+        known = set(qplan.inputs)
         for ex in qplan.steps:
             if (ex.featureset, ex.name) in done:
                 continue
@@ -85,11 +87,12 @@ class SparkOfflineQuery:
                 case "expr":
                     frame = self._expr(ex, frame, cols)
                 case "lookup":
-                    frame = self._lookups(ex, qplan, frame, cols, until, done)
+                    frame = self._wave(qplan, frame, cols, until, done, known)
                 case _:
                     frame = run_python(self.spark, self.catalog, self.featuresets, ex, frame,
                                        cols, TIME, until).localCheckpoint()  # fmt: skip
             done.add((ex.featureset, ex.name))
+            known.update(f"{ex.featureset}.{o}" for o in ex.outputs)
         out = frame.orderBy(RID).select(
             *[F.col(cols[o]).alias(o) for o in qplan.outputs],
             F.col(TIME).alias(q.timestamp_column),
@@ -141,35 +144,65 @@ class SparkOfflineQuery:
         out = frame.withColumns(local).withColumn(cols[self._out(ex)], value)
         return out.drop(*[c for c in local if c not in frame.columns])
 
-    def _lookups(
+    def _wave(
         self,
-        ex: spec.ExtractorSpec,
         qplan: QueryPlan,
         frame: DataFrame,
         cols: dict[str, str],
         until: dt.date | None,
         done: set[tuple[str, str]],
+        known: set[str],
     ) -> DataFrame:
-        """``ex`` and every other lookup of its dataset by the same inputs, in one pass."""
-        group = [s for s in qplan.steps if s.kind == "lookup" and s.lookup_dataset ==
-                 ex.lookup_dataset and s.inputs == ex.inputs
-                 and (s.featureset, s.name) not in done]  # fmt: skip
-        fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
-        name = ex.lookup_dataset
-        assert name is not None
-        req = Requests(frame, (RID,), tuple(cols[i] for i in ex.inputs), TIME)
-        where = f"extractor {ex.featureset}.{ex.name}"
-        got = lookup_asof(self.spark, self.catalog, name, req, fields, until, where)
-        outs = {}
-        for s in group:
-            feature = self.features[self._out(s)]
-            default = s.default if s.default is not None else feature.default
-            value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
-            if default is not None:
-                value = F.coalesce(value, F.lit(default))
-            outs[cols[self._out(s)]] = value.cast(spark_type(feature.dtype))
-            done.add((s.featureset, s.name))
-        return got.withColumns(outs).drop(*fields, FOUND)
+        """Every pending lookup extractor whose inputs are known, at once: one as-of pass per
+        (dataset, key inputs) on the narrow request rows (row id, keys, time), planned in
+        parallel, and all their answers brought to the wide frame by one join on the row id."""
+        groups: dict[tuple[str, tuple[str, ...]], list[spec.ExtractorSpec]] = {}
+        for s in qplan.steps:
+            if s.kind == "lookup" and (s.featureset, s.name) not in done and all(
+                i in known for i in s.inputs
+            ):
+                groups.setdefault((s.lookup_dataset or "", s.inputs), []).append(s)
+                done.add((s.featureset, s.name))
+
+        def answer(key: tuple[str, tuple[str, ...]]) -> DataFrame:
+            name, inputs = key
+            group = groups[key]
+            fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
+            keys = tuple(dict.fromkeys(cols[i] for i in inputs))
+            req = Requests(frame.select(RID, *keys, TIME), (RID,), tuple(cols[i] for i in inputs),
+                           TIME)  # fmt: skip
+            where = f"extractor {group[0].featureset}.{group[0].name}"
+            got = lookup_asof(self.spark, self.catalog, name, req, fields, until, where)
+            outs = []
+            for s in group:
+                feature = self.features[self._out(s)]
+                default = s.default if s.default is not None else feature.default
+                value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
+                if default is not None:
+                    value = F.coalesce(value, F.lit(default))
+                outs.append(value.cast(spark_type(feature.dtype)).alias(cols[self._out(s)]))
+            return got.select(RID, *outs)
+
+        keys = list(groups)
+        with ThreadPoolExecutor(max_workers=min(4, len(keys))) as pool:  # Spark jobs overlap
+            answers = list(pool.map(answer, keys))
+        for g in groups.values():
+            known.update(self._out(s) for s in g)
+        if len(answers) == 1:
+            return frame.join(answers[0], RID, "left")
+        packed = [a.select(RID, F.struct(*[c for c in a.columns if c != RID]).alias(f"__g{k}"))
+                  for k, a in enumerate(answers)]  # fmt: skip
+        union = packed[0]
+        for other in packed[1:]:
+            union = union.unionByName(other, allowMissingColumns=True)
+        combined = union.groupBy(RID).agg(
+            *[F.first(f"__g{k}", ignorenulls=True).alias(f"__g{k}") for k in range(len(packed))]
+        )
+        expanded = combined.select(
+            RID, *[F.col(f"__g{k}.{c}") for k, a in enumerate(answers) for c in a.columns
+                   if c != RID],
+        )  # fmt: skip
+        return frame.join(expanded, RID, "left")
 
 
 def to_pandas(out: DataFrame) -> Any:
