@@ -25,7 +25,6 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
-from fennel_dagster.batch.asof import FOUND
 from fennel_dagster.batch.catalog import OfflineCatalog
 from fennel_dagster.batch.expr import spark_type, to_column
 from fennel_dagster.batch.extractors import RID, run_python
@@ -158,8 +157,10 @@ class SparkOfflineQuery:
         parallel, and all their answers brought to the wide frame by one join on the row id."""
         groups: dict[tuple[str, tuple[str, ...]], list[spec.ExtractorSpec]] = {}
         for s in qplan.steps:
-            if s.kind == "lookup" and (s.featureset, s.name) not in done and all(
-                i in known for i in s.inputs
+            if (
+                s.kind == "lookup"
+                and (s.featureset, s.name) not in done
+                and all(i in known for i in s.inputs)
             ):
                 groups.setdefault((s.lookup_dataset or "", s.inputs), []).append(s)
                 done.add((s.featureset, s.name))
@@ -177,7 +178,7 @@ class SparkOfflineQuery:
             for s in group:
                 feature = self.features[self._out(s)]
                 default = s.default if s.default is not None else feature.default
-                value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
+                value = _quoted(s.lookup_field or "")  # null when not found
                 if default is not None:
                     value = F.coalesce(value, F.lit(default))
                 outs.append(value.cast(spark_type(feature.dtype)).alias(cols[self._out(s)]))
