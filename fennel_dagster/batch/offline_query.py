@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
+from fennel_dagster.batch.asof import FOUND
 from fennel_dagster.batch.catalog import OfflineCatalog
 from fennel_dagster.batch.expr import spark_type, to_column
 from fennel_dagster.batch.extractors import RID, run_python
@@ -178,7 +179,8 @@ class SparkOfflineQuery:
             for s in group:
                 feature = self.features[self._out(s)]
                 default = s.default if s.default is not None else feature.default
-                value = _quoted(s.lookup_field or "")  # null when not found
+                # not found: null then the default (an aggregate answers values even then)
+                value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
                 if default is not None:
                     value = F.coalesce(value, F.lit(default))
                 outs.append(value.cast(spark_type(feature.dtype)).alias(cols[self._out(s)]))
