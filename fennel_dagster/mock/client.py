@@ -345,13 +345,42 @@ class MockClient:
         return executor.run(qplan, input_df, now_for(input_df, timestamps))
 
     def query_offline(
-        self, inputs: list[Any], outputs: list[Any], input_df: pd.DataFrame, timestamp_column: str
+        self,
+        inputs: list[Any],
+        outputs: list[Any],
+        input_df: pd.DataFrame | str | None = None,
+        timestamp_column: str | pd.DataFrame | None = None,
+        *,
+        input_dataframe: pd.DataFrame | None = None,
+        format: str = "pandas",  # noqa: A002 - Fennel's name
+        input_s3: str | None = None,
+        output_s3: str | None = None,
+        feature_to_column_map: dict[str, str] | None = None,
     ) -> pd.DataFrame:
-        """Point-in-time: every row's features as of its own timestamp."""
-        out = self.query(
-            inputs, outputs, input_df.drop(columns=[timestamp_column]), input_df[timestamp_column]
-        )
-        out[timestamp_column] = pd.to_datetime(input_df[timestamp_column], utc=True).to_numpy()
+        """Point-in-time: every row's features as of its own timestamp. Takes this mock's
+        ``(inputs, outputs, df, timestamp_column)`` and Fennel's ``(inputs, outputs,
+        timestamp_column, input_dataframe=df, feature_to_column_map=...)`` alike."""
+        if isinstance(input_df, str):  # Fennel's order: the timestamp column third
+            input_df, timestamp_column = (
+                timestamp_column if isinstance(timestamp_column, pd.DataFrame) else None,
+                input_df,
+            )
+        if input_s3 is not None or output_s3 is not None or format != "pandas":
+            raise MockError(
+                "the MockClient reads and writes no S3: pass input_dataframe=<DataFrame> and "
+                "format='pandas' (a platform client runs input_s3/output_s3 on Spark)"
+            )
+        if not isinstance(timestamp_column, str):
+            raise MockError("query_offline needs timestamp_column=<the column of each row's time>")
+        df = input_frame(input_df if isinstance(input_df, pd.DataFrame) else None, input_dataframe)
+        if timestamp_column not in df.columns:
+            raise MockError(
+                f"the input has no timestamp column {timestamp_column!r} (its columns: "
+                f"{', '.join(map(str, df.columns))}); pass timestamp_column= naming it"
+            )
+        df = df.rename(columns={c: f for f, c in (feature_to_column_map or {}).items()})
+        out = self.query(inputs, outputs, df.drop(columns=[timestamp_column]), df[timestamp_column])
+        out[timestamp_column] = pd.to_datetime(df[timestamp_column], utc=True).to_numpy()
         return out
 
 

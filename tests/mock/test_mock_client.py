@@ -137,3 +137,24 @@ def test_mock_decorator_hands_a_fresh_client(client: MockClient) -> None:
     assert client.datasets == {}
     committed = client.commit("v1", DATASETS, FEATURESETS, preview=True)
     assert committed == commit_spec("v1", DATASETS, FEATURESETS) and client.datasets == {}
+
+
+def test_query_offline_takes_fennels_arguments_too(client: MockClient) -> None:
+    """Fennel's ``query_offline(inputs, outputs, timestamp_column, input_dataframe=...,
+    feature_to_column_map=...)`` gives what this mock's positional form gives."""
+    early, late = EVENTS.transactions.ts.iloc[20], EVENTS.transactions.ts.iloc[399]
+    rows = pd.DataFrame({"UserFeatures.uid": [3, 3, 999], "ts": [early, late, late]})
+    want = client.query_offline(["UserFeatures.uid"], ["UserFeatures.spend_7d"], rows, "ts")
+    fennel = client.query_offline(
+        ["UserFeatures.uid"], ["UserFeatures.spend_7d"], "ts",
+        input_dataframe=rows.rename(columns={"UserFeatures.uid": "user"}),
+        feature_to_column_map={"UserFeatures.uid": "user"},
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(fennel, want)
+    assert want["UserFeatures.spend_7d"].tolist()[2] == 0.0
+    with pytest.raises(MockError, match="no timestamp column 'at'"):
+        client.query_offline(["UserFeatures.uid"], ["UserFeatures.spend_7d"], "at",
+                             input_dataframe=rows)  # fmt: skip
+    with pytest.raises(MockError, match="reads and writes no S3"):
+        client.query_offline(["UserFeatures.uid"], ["UserFeatures.spend_7d"], "ts",
+                             input_s3="s3://bucket/spine/")  # fmt: skip
