@@ -111,8 +111,13 @@ class Kafka:
         if (self.logs_dir / "meta.properties").exists():
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # `=` form: one id in 64 starts with "-", which argparse would take for an option
         argv = self._java(
-            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config)
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(self.config),
         )
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
