@@ -19,11 +19,9 @@ def dagster_yaml_source() -> Path:
 
 
 def prepare_dagster_home(settings: Settings) -> dict[str, str]:
-    """Create DAGSTER_HOME with our dagster.yaml; returns the env vars a Dagster process needs."""
+    """Create DAGSTER_HOME with our dagster.yaml; returns the env var a Dagster process needs
+    (its storage finds Postgres from the settings themselves: ``resources.storage``)."""
     home = settings.dagster_home_path
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(dagster_yaml_source(), home / "dagster.yaml")
-    return {
-        "DAGSTER_HOME": str(home),
-        "FENNEL_DAGSTER_PG_URL": settings.pg_url(settings.dagster_pg_db),
-    }
+    return {"DAGSTER_HOME": str(home)}

@@ -1,4 +1,4 @@
-"""Commit sensor: one commit run per pending commit request (cursor = last request id)."""
+"""Commit sensor: one commit run per pending commit request (cursor: the last request id)."""
 
 import psycopg
 from dagster import (
@@ -11,9 +11,9 @@ from dagster import (
 )
 
 from fennel_dagster.commit import requests
-from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.metadata.migrate import incarnation, migrate
 from resources import FennelSettings, MetadataStore
-from sensors import unreachable
+from sensors import last_launched, request_cursor, unreachable
 
 COMMIT_JOB = "fennel_commit"  # assets/commit_job.py; Definitions binds the name
 
@@ -28,13 +28,14 @@ def commit_requests(
     context: SensorEvaluationContext, fennel: FennelSettings, metadata: MetadataStore
 ) -> SensorResult | SkipReason:
     settings = fennel.settings()
-    # the cursor (and run keys) name the metadata schema: the Dagster instance may outlive it
-    schema, _, last = (context.cursor or "").rpartition(":")
-    after = int(last) if schema == settings.pg_schema and last.isdigit() else 0
+    # the cursor (and run keys) name the metadata schema and its incarnation: the Dagster
+    # instance may outlive both
+    schema = settings.pg_schema
     try:
         with metadata.connect(autocommit=True) as conn:
             migrate(conn)
-            found = requests.pending(conn, after)
+            born = incarnation(conn)
+            found = requests.pending(conn, last_launched(context.cursor, schema, born))
     except psycopg.OperationalError as e:
         return unreachable(e)
     if not found:
@@ -42,11 +43,11 @@ def commit_requests(
     return SensorResult(
         run_requests=[
             RunRequest(
-                run_key=f"{settings.pg_schema}/commit-request-{r.id}",
+                run_key=f"{schema}@{born}/commit-request-{r.id}",
                 run_config={"ops": {"commit": {"config": {"request_id": r.id}}}},
                 tags={"fennel/branch": r.branch, "fennel/commit-request": str(r.id)},
             )
             for r in found
         ],
-        cursor=f"{settings.pg_schema}:{found[-1].id}",
+        cursor=request_cursor(schema, born, found[-1].id),
     )

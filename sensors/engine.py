@@ -9,6 +9,7 @@ stops runs of removed jobs. Decisions live in ``fennel_dagster.engine.keepalive`
 """
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -17,6 +18,10 @@ from datetime import UTC, datetime
 import psycopg
 from dagster import (
     AddDynamicPartitionsRequest,
+    AssetKey,
+    AssetObservation,
+    DagsterError,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     DeleteDynamicPartitionsRequest,
@@ -35,6 +40,7 @@ from dagster import (
 )
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
+from fennel_dagster.commit.catalog import asset_path
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
@@ -43,15 +49,22 @@ from fennel_dagster.engine.statedir import drop_unowned
 from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
-from fennel_dagster.settings import Settings
+from fennel_dagster.settings import Settings, get_settings
 from resources import FennelSettings
 from sensors import unreachable
 
 log = logging.getLogger("fennel_dagster.sensors.engine")
 
-JOB_PARTITIONS = "fennel_job_partitions"
+# Platforms with different metadata schemas may share one Dagster database: each has its
+# own partitions and only ever touches runs tagged with its schema.
+SCHEMA = get_settings().pg_schema
+JOB_PARTITIONS = f"fennel_job_partitions_{re.sub(r'[^A-Za-z0-9_]', '_', SCHEMA)}"
 job_partitions = DynamicPartitionsDefinition(name=JOB_PARTITIONS)
-PARTITION_TAG = "fennel/partition"
+PARTITION_TAG, SCHEMA_TAG, SLOT_TAG = (
+    keepalive.PARTITION_TAG,
+    keepalive.SCHEMA_TAG,
+    keepalive.SLOT_TAG,
+)
 LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
         DagsterRunStatus.STARTED]  # fmt: skip
 
@@ -59,14 +72,23 @@ LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.
 @op(description="Runs the engine's exactly-once runner for one job partition until stopped.")
 def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> None:
     settings = fennel.settings()
-    name, partition = keepalive.split_key(context.partition_key)
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
         jobs = registry.list_jobs(conn)
-    found = [j for j in jobs if j.name == name]
-    if not found:
-        context.log.warning(f"job {name} is no longer in the registry; nothing to run")
+        branches = registry.jobs_by_branch(conn)
+    key = context.partition_key
+    job, partition = keepalive.partition_keys(jobs).get(key, (None, 0))
+    if job is None:
+        context.log.warning(f"no job of the registry has partition {key} now; nothing to run")
         return
+    name = job.name
     context.log.info(f"running {name} partition {partition}")
+    # the run's page names the dataset it keeps fresh, and the dataset's page this run
+    for branch in sorted(b for b, js in branches.items() if any(j.hash == job.hash for j in js)):
+        context.log_event(AssetObservation(
+            asset_key=AssetKey(asset_path(branch, job.spec.dataset.name)),
+            metadata={"engine run": key, "job": name, "job hash": job.hash,
+                      "partition": partition, "kind": job.kind},
+        ))  # fmt: skip
     owner = f"run:{context.run_id}"
     # state lives per host, not per run: a relaunched run finds its RocksDB warm, and no run
     # leaves a copy behind; state of jobs that left the registry is dropped here
@@ -74,14 +96,14 @@ def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> No
     live = {j.name for j in jobs}
     drop_unowned(settings.state_path / home, lambda j, p: j in live, f"run {context.run_id}")
     stop = threading.Event()
-    serving = serve_lookups(settings, found[0], partition, owner, home, stop)
+    serving = serve_lookups(settings, job, partition, owner, home, stop)
     try:
-        reason = run_forever(settings, found[0], partition, owner, stop, home)
+        reason = run_forever(settings, job, partition, owner, stop, home)
     finally:
         stop.set()
         serving.join(10)
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
-        if not registry.job_exists(conn, found[0].hash):  # deleted: its state goes with it
+        if not registry.job_exists(conn, job.hash):  # deleted: its state goes with it
             drop_unowned(settings.state_path / home,
                          lambda j, p: (j, p) != (name, partition), f"run {context.run_id}")  # fmt: skip
     if reason is not None:
@@ -160,6 +182,9 @@ def engine_partition_run() -> None:
     run_job_partition()
 
 
+assert engine_partition_run.name == keepalive.ENGINE_JOB  # fennel-dagster dev closes its runs
+
+
 @sensor(
     job=engine_partition_run,
     minimum_interval_seconds=5,
@@ -184,8 +209,9 @@ def engine_keepalive(
         return unreachable(e)
     now = time.time()
     records = instance.get_runs(
-        filters=RunsFilter(job_name=engine_partition_run.name, statuses=LIVE)
-    )
+        filters=RunsFilter(job_name=engine_partition_run.name, statuses=LIVE,
+                           tags={SCHEMA_TAG: settings.pg_schema})
+    )  # fmt: skip
     runs = []
     for r in records:
         key = r.tags.get(PARTITION_TAG) or r.tags.get("dagster/partition")
@@ -204,10 +230,15 @@ def engine_keepalive(
         if run is not None:
             instance.report_run_failed(run, message="runner heartbeat lost; relaunching")
     for run_id in plan.terminate:
-        instance.run_coordinator.cancel_run(run_id)
+        stop_run(instance, run_id)
+    by_key = keepalive.partition_keys(jobs)
     requests = [
-        RunRequest(partition_key=k, tags={PARTITION_TAG: k},
-                   run_key=f"{k}@{datetime.now(UTC).isoformat()}")
+        RunRequest(partition_key=k, run_key=f"{k}@{datetime.now(UTC).isoformat()}",
+                   tags={PARTITION_TAG: k, SCHEMA_TAG: settings.pg_schema,
+                         SLOT_TAG: f"{settings.pg_schema}/{k}",
+                         "fennel/job": by_key[k][0].name,
+                         "fennel/job-hash": by_key[k][0].hash,
+                         "fennel/dataset": by_key[k][0].spec.dataset.name})
         for k in plan.launch
     ]  # fmt: skip
     dyn: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []
@@ -223,3 +254,16 @@ def engine_keepalive(
         f"-{len(plan.delete_partitions)}"
     )
     return SensorResult(run_requests=requests, dynamic_partitions_requests=dyn)
+
+
+def stop_run(instance: DagsterInstance, run_id: str) -> None:
+    """Cancel a run; one whose code server is gone (a previous ``dagster dev``) cannot be
+    reached to cancel (DagsterUserCodeUnreachableError), so it is recorded as failed
+    instead of failing every tick."""
+    try:
+        instance.run_coordinator.cancel_run(run_id)
+    except DagsterError as e:
+        run = instance.get_run_by_id(run_id)
+        if run is not None:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            instance.report_run_failed(run, message=f"stopped: its code server is gone ({first})")

@@ -2,6 +2,9 @@
 and the outages the engines rode out; per featureset what the query servers saw (requests,
 p99, errors)."""
 
+import json
+from datetime import UTC, datetime
+
 import psycopg
 from dagster import (
     AssetKey,
@@ -14,59 +17,61 @@ from dagster import (
 )
 
 from fennel_dagster.commit import catalog
-from fennel_dagster.engine.health import dataset_health
+from fennel_dagster.engine.health import stream_health as stream_health_of
 from fennel_dagster.metadata import server_stats
-from fennel_dagster.metadata.registry import failures, list_jobs, recent_outages
-from resources import KafkaResource, MetadataStore
+from fennel_dagster.metadata.registry import recent_outages
+from resources import MetadataStore
 from sensors import unreachable
 
 
 @sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
         description="Observes each committed dataset's stream: rows, errors, lag, last event.")  # fmt: skip
 def stream_health(
-    context: SensorEvaluationContext, metadata: MetadataStore, kafka: KafkaResource
+    context: SensorEvaluationContext, metadata: MetadataStore
 ) -> SensorResult | SkipReason:
+    """The runners report their streams to Postgres (``stream_stats``), so a tick is a few
+    queries whatever the size of the fleet; the cursor keeps what each asset last showed,
+    and only a change is observed again."""
     try:
         with metadata.connect(autocommit=True) as conn:
-            cats = catalog.load(conn)
-            jobs = list_jobs(conn)
-            stopped = failures(conn)
+            found = stream_health_of(conn)
             outages = recent_outages(conn, 24 * 3600)
-    except psycopg.ProgrammingError as e:  # a schema nothing was committed to yet
+    except psycopg.errors.UndefinedTable as e:  # a schema nothing was committed to yet
         return SkipReason(f"no committed definitions to observe ({type(e).__name__})")
     except psycopg.OperationalError as e:
         return unreachable(e)
     # outages the engines rode out: said once each, on every dataset they may have delayed
-    rode_out = (
-        "\n".join(
-            f"{o.began_at:%Y-%m-%d %H:%M:%S} {o.process}: {o.service} unreachable {o.seconds:.1f}s"
-            for o in outages[-10:]
-        )
-        or "none"
-    )
-    events = []
-    for cat in cats:
-        if cat.graph is None:
+    rode_out = "\n".join(
+        f"{o.began_at:%Y-%m-%d %H:%M:%S} {o.process}: {o.service} unreachable {o.seconds:.1f}s"
+        for o in outages[-10:]
+    ) or "none"  # fmt: skip
+    shown: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    now = datetime.now(UTC)
+    events, showing = [], {}
+    for h in found:
+        path = catalog.asset_path(h.branch, h.dataset)
+        values: dict[str, int | float | str] = {
+            "rows": h.rows, "error rows": h.bad_rows,
+            "consumer lag": h.lag if h.lag is not None else "not reported",
+            "index lag": h.index_lag if h.index_lag is not None else "none",
+            "last event time": h.newest_event.isoformat() if h.newest_event else "none",
+            "runners reporting": f"{h.running} of {h.partitions}",
+            "stopped partitions": len(h.stopped),
+            "stopped because": "\n".join(h.stopped) or "none",
+            "outages ridden out (24 h)": rode_out,
+        }  # fmt: skip
+        key = "/".join(path)
+        showing[key] = json.dumps(values, sort_keys=True, default=str)
+        if shown.get(key) == showing[key]:
             continue
-        for ds in cat.graph.datasets:
-            phys = cat.of_dataset(ds.name)
-            topic = next((a.name for a in phys if a.kind == "topic" and a.role == "dataset"), None)
-            err = next((a.name for a in phys if a.kind == "topic" and a.role == "error"), None)
-            if topic is None:
-                continue
-            mine = [j for j in jobs if j.spec.dataset.name == ds.name]
-            writers = [j for j in mine if j.kind in ("source", "pipeline")]
-            h = dataset_health(kafka.servers(), topic, err, writers, ds.timestamp)
-            failed = [f"{j.name} p{p}: {stopped[(j.hash, p)].reason}"
-                      for j in mine for p in range(j.partitions) if (j.hash, p) in stopped]  # fmt: skip
-            events.append(AssetObservation(asset_key=AssetKey(catalog.asset_path(cat.branch, ds.name)), metadata={
-                "end offsets": h.messages, "error rows": h.errors, "consumer lag": h.lag,
-                "last event time": h.last_event or "none",
-                "stopped partitions": len(failed),
-                "stopped because": "\n".join(failed) or "none",
-                "outages ridden out (24 h)": rode_out,
-            }))  # fmt: skip
-    return SensorResult(asset_events=events) if events else SkipReason("no datasets")
+        if h.newest_event is not None:
+            values["event time lag s"] = round((now - h.newest_event).total_seconds(), 1)
+        events.append(AssetObservation(asset_key=AssetKey(path), metadata=values))
+    cursor = json.dumps(showing, sort_keys=True)
+    if not events:
+        context.update_cursor(cursor)
+        return SkipReason(f"{len(found)} datasets; none changed since the last tick")
+    return SensorResult(asset_events=events, cursor=cursor)
 
 
 @sensor(minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,

@@ -11,9 +11,9 @@ from dagster import (
 )
 
 from fennel_dagster.metadata import offline_queries
-from fennel_dagster.metadata.migrate import migrate
+from fennel_dagster.metadata.migrate import incarnation, migrate
 from resources import FennelSettings, MetadataStore
-from sensors import unreachable
+from sensors import last_launched, request_cursor, unreachable
 
 OFFLINE_QUERY_JOB = "fennel_offline_query"  # assets/offline_queries.py
 
@@ -27,13 +27,12 @@ OFFLINE_QUERY_JOB = "fennel_offline_query"  # assets/offline_queries.py
 def offline_query_requests(
     context: SensorEvaluationContext, fennel: FennelSettings, metadata: MetadataStore
 ) -> SensorResult | SkipReason:
-    settings = fennel.settings()
-    schema, _, last = (context.cursor or "").rpartition(":")
-    after = int(last) if schema == settings.pg_schema and last.isdigit() else 0
+    schema = fennel.settings().pg_schema
     try:
         with metadata.connect(autocommit=True) as conn:
             migrate(conn)
-            found = offline_queries.pending_after(conn, after)
+            born = incarnation(conn)
+            found = offline_queries.pending_after(conn, last_launched(context.cursor, schema, born))
     except psycopg.OperationalError as e:
         return unreachable(e)
     if not found:
@@ -41,11 +40,11 @@ def offline_query_requests(
     return SensorResult(
         run_requests=[
             RunRequest(
-                run_key=f"{settings.pg_schema}/offline-query-{i}",
+                run_key=f"{schema}@{born}/offline-query-{i}",
                 run_config={"ops": {"offline_query": {"config": {"request_id": i}}}},
                 tags={"fennel/offline-query": str(i)},
             )
             for i in found
         ],
-        cursor=f"{settings.pg_schema}:{found[-1]}",
+        cursor=request_cursor(schema, born, found[-1]),
     )

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> None:
     except StackError as e:
         print(f"error: {e}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt:  # Ctrl-C before a command set up its own stop: no traceback
+        print("interrupted", file=sys.stderr)
+        code = 130
     raise SystemExit(code)
 
 

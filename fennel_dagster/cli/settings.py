@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
     else:
-        for key, value in s.as_env().items():
+        # DAGSTER_HOME too, so `dagster dev` / `dg dev` share fennel-dagster's instance folder
+        exports = {**s.as_env(), "DAGSTER_HOME": str(s.dagster_home_path)}
+        for key, value in exports.items():
             print(f"export {key}={shlex.quote(value)}")
     return 0

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         a.add_argument("services", nargs="*", help=f"subset of: {', '.join(stack.SERVICES)}")
         a.set_defaults(func=_run)
     logs = actions.add_parser("logs", help="print (or follow) a service's log")
-    logs.add_argument("service", choices=list(stack.SERVICES))
+    logs.add_argument("service", choices=[*stack.SERVICES, *PROCESS_LOGS])
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.set_defaults(func=_logs)
@@ -45,7 +45,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(s.health.ok for s in results) else 1
 
 
+# what `fennel-dagster demo` runs beside the services writes its output here (logs_dir)
+PROCESS_LOGS = ("dagster", "query-server")
+
+
 def _logs(args: argparse.Namespace) -> int:
-    path = stack.log_path(get_settings(), args.service)
+    settings = get_settings()
+    if args.service in PROCESS_LOGS:
+        path = str(settings.logs_dir / f"{args.service}.log")
+    else:
+        path = stack.log_path(settings, args.service)
     cmd = ["tail", f"-n{args.lines}"] + (["-F"] if args.follow else []) + [path]
     return subprocess.call(cmd, stdout=sys.stdout)

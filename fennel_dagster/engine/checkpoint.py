@@ -21,7 +21,7 @@ from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.kafka_clients import FENCED_CODES
-from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.messages import InMessage, Iteration, newest
 from fennel_dagster.ops.state import OverlayReader, WriteBatch
 
 Range = tuple[str, int, int, int]  # topic, partition, first offset, last offset
@@ -32,6 +32,8 @@ class BatchCounts:
     outputs: int = 0
     errors: int = 0
     late: int = 0
+    newest_event_us: int | None = None
+    by_topic: dict[str, int] = field(default_factory=dict)  # output records per topic
     ranges: list[Range] = field(default_factory=list)
 
 
@@ -81,12 +83,14 @@ class Checkpoint:
             self.pending.puts.update(it.writes.puts)
         for rec in it.outputs:
             self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition)
+            self.counts.by_topic[rec.topic] = self.counts.by_topic.get(rec.topic, 0) + 1
         if it.errors and self.error_topic:
             for err in it.errors:
                 self.producer.produce(self.error_topic, encode_error(err), partition=0)
             self.counts.errors += len(it.errors)
         self.counts.outputs += len(it.outputs)
         self.counts.late += it.late
+        self.counts.newest_event_us = newest(self.counts.newest_event_us, it.newest_event_us)
         first, last = group[0], group[-1]
         self.counts.ranges.append((first.topic, first.partition, first.offset, last.offset))
         self.producer.poll(0)

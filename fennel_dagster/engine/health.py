@@ -1,95 +1,68 @@
-"""Stream health of a dataset: lag of the jobs reading it, errors, newest event time."""
+"""Stream health of each branch's datasets, from what the runners report (``stream_stats``).
+
+Rows written, bad rows, the writers' and the index's input lag, the newest event time, and
+the partitions that stopped for good. Reading it costs a few Postgres queries, whatever the
+number of partitions, so the Dagster sensor and the demo's status can ask every few seconds.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from datetime import datetime
 
-from confluent_kafka import Consumer, TopicPartition
+import psycopg
 
+from fennel_dagster.metadata import registry, stream_stats
 from fennel_dagster.metadata.registry import JobRow
-from fennel_dagster.wire import plan
+
+REPORTING_WITHIN_S = 10.0  # runners report every ~2 s; older than this: not running
 
 
-@dataclass
-class Health:
-    messages: int  # rows committed to the dataset's topic so far (high watermarks)
-    errors: int  # rows in its error topic
-    lag: int  # rows of its inputs not yet processed by the jobs that write it
-    last_event: str | None
+@dataclass(frozen=True)
+class DatasetHealth:
+    branch: str
+    dataset: str
+    rows: int  # rows its writer jobs (source, pipelines) wrote to its topic
+    bad_rows: int  # rows they sent to its error topic
+    lag: int | None  # input messages its writers have not processed (None: none reported)
+    index_lag: int | None  # its rows not yet in its index (None: no index, or not reported)
+    newest_event: datetime | None  # the newest event time written
+    partitions: int  # job partitions that write or index it
+    running: int  # of those, how many reported within REPORTING_WITHIN_S
+    stopped: tuple[str, ...]  # "<job> p<k>: <reason>" of partitions stopped for good
 
 
-def _end_offsets(c: Consumer, topic: str) -> dict[int, int]:
-    md = c.list_topics(topic, timeout=10).topics.get(topic)
-    if md is None or md.error is not None:
-        return {}
-    return {
-        p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in md.partitions
-    }
+def _sum(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
-def dataset_health(
-    servers: str, topic: str, error_topic: str | None, writers: list[JobRow], ts_field: str
-) -> Health:
-    c = Consumer(
-        {"bootstrap.servers": servers, "group.id": "fennel-health", "enable.auto.commit": False}
-    )
-    try:
-        ends = _end_offsets(c, topic)
-        errors = sum(_end_offsets(c, error_topic).values()) if error_topic else 0
-        lag = 0
-        for job in writers:
-            for p in range(job.partitions):
-                group = Consumer({"bootstrap.servers": servers, "group.id": f"{job.name}.p{p}",
-                                  "enable.auto.commit": False})  # fmt: skip
-                try:
-                    for t in _partitioned_inputs(job):
-                        committed = group.committed([TopicPartition(t, p)], timeout=10)[0].offset
-                        end = _end_offsets(c, t).get(p, 0)
-                        lag += max(0, end - max(committed, 0))
-                finally:
-                    group.close()
-        last = _newest(servers, topic, ends, ts_field)
-        return Health(sum(ends.values()), errors, lag, last)
-    finally:
-        c.close()
-
-
-def _newest(servers: str, topic: str, ends: dict[int, int], ts_field: str) -> str | None:
-    """The newest event time among the last rows of each partition (the topic's tail ends in
-    transaction markers, so read a few offsets back up to the end)."""
-    c = Consumer({"bootstrap.servers": servers, "group.id": "fennel-health-tail",
-                  "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "enable.partition.eof": True})  # fmt: skip
-    try:
-        tps = [TopicPartition(topic, p, max(0, end - 20)) for p, end in ends.items() if end > 0]
-        if not tps:
-            return None
-        c.assign(tps)
-        newest: str | None = None
-        done: set[int] = set()
-        while len(done) < len(tps):
-            m = c.poll(3.0)
-            if m is None:
-                break
-            if m.error():
-                done.add(m.partition() or 0)
-                continue
-            ts = json.loads(m.value() or b"{}").get(ts_field)
-            if isinstance(ts, str) and (newest is None or ts > newest):
-                newest = ts
-        return newest
-    finally:
-        c.close()
-
-
-def _partitioned_inputs(job: JobRow) -> list[str]:
-    """Dataset topics whose partition p job partition p consumes (source jobs read user
-    topics spread over their partitions, and a repartition topic's end offsets count the
-    transaction markers its stage writes: neither has a per-partition lag to report)."""
-    spec = job.spec
-    if isinstance(spec, plan.PipelineJobSpec):
-        return [s.topic for s in spec.inputs]
-    if isinstance(spec, plan.IndexJobSpec):
-        return [spec.input_topic]
-    return []
+def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
+    by_branch = registry.jobs_by_branch(conn)
+    stats = stream_stats.all_stats(conn)
+    failed = registry.failures(conn)
+    out = []
+    for branch, jobs in sorted(by_branch.items()):
+        by_dataset: dict[str, list[JobRow]] = {}
+        for j in jobs:
+            if j.kind in ("source", "pipeline", "index"):
+                by_dataset.setdefault(j.spec.dataset.name, []).append(j)
+        for name, mine in sorted(by_dataset.items()):
+            parts = [(j, p, stats.get((j.hash, p))) for j in mine for p in range(j.partitions)]
+            writers = [(j, s) for j, _, s in parts if j.kind != "index"]
+            index = [s for j, _, s in parts if j.kind == "index"]
+            newest = [s.newest_event for _, s in writers if s is not None and s.newest_event]
+            out.append(DatasetHealth(
+                branch, name,
+                rows=sum(s.rows_out for _, s in writers if s is not None),
+                bad_rows=sum(s.bad_rows for _, s in writers if s is not None),
+                lag=_sum([s.lag for _, s in writers if s is not None]),
+                index_lag=_sum([s.lag for s in index if s is not None]),
+                newest_event=max(newest) if newest else None,
+                partitions=len(parts),
+                running=sum(1 for _, _, s in parts
+                            if s is not None and s.age_s < REPORTING_WITHIN_S),
+                stopped=tuple(f"{j.name} p{p}: {failed[(j.hash, p)].reason}"
+                              for j, p, _ in parts if (j.hash, p) in failed),
+            ))  # fmt: skip
+    return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fennel_dagster.engine.failures import PermanentJobError
-from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration
+from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, newest
 from fennel_dagster.errors import FennelError
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 
@@ -81,7 +81,13 @@ def _merge(a: Iteration, b: Iteration) -> Iteration:
         for part in (a.writes, b.writes):
             if part is not None:
                 writes.puts.update(part.puts)
-    return Iteration(a.outputs + b.outputs, a.errors + b.errors, a.late + b.late, writes)
+    return Iteration(
+        a.outputs + b.outputs,
+        a.errors + b.errors,
+        a.late + b.late,
+        writes,
+        newest(a.newest_event_us, b.newest_event_us),
+    )
 
 
 def _fault(job: str, msgs: list[InMessage], e: Exception) -> str:

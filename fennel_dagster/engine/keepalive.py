@@ -14,25 +14,56 @@ from dataclasses import dataclass, field
 
 from fennel_dagster.metadata.registry import JobRow
 
-DEAD_AFTER_S = 6.0  # no heartbeat for this long: the runner is gone
+# the Dagster job that runs one job partition, and the tags of its runs (sensors/engine.py)
+ENGINE_JOB = "engine_partition_run"
+PARTITION_TAG = "fennel/partition"  # the partition key, e.g. "UserSpend.agg/0"
+SCHEMA_TAG = "fennel/schema"  # the platform's metadata schema: platforms may share Dagster
+SLOT_TAG = "fennel/engine-slot"  # "<schema>/<key>": dagster.yaml allows one live run per slot
+
+DEAD_AFTER_S = 15.0  # no heartbeat for this long: the runner is gone (beats every ~2 s;
+# a slow batch on a busy host must not count as death)
 STARTUP_GRACE_S = 90.0  # a new run may take this long to write its first heartbeat
 
 
-def partition_key(job: JobRow, partition: int) -> str:
-    return f"{job.name}:{partition}"
+def display_name(job: JobRow) -> str:
+    """What a person reads: ``UserSpend.agg`` (dataset, pipeline), ``Txn.src0``,
+    ``Merchant.index``, ``UserSpend.offline``; ``.v2`` after the dataset from version 2."""
+    ds = job.spec.dataset
+    base = ds.name if ds.version <= 1 else f"{ds.name}.v{ds.version}"
+    role = job.name.rsplit(".", 2)[-2]  # the name's part before its hash: agg, src0, v1
+    if job.kind in ("index", "offline"):
+        role = job.kind
+    elif job.kind in ("s3_ingest", "pg_ingest"):
+        role = f"{role}.ingest"
+    return f"{base}.{role}"
 
 
-def split_key(key: str) -> tuple[str, int]:
-    name, _, p = key.rpartition(":")
-    return name, int(p)
+def partition_keys(jobs: Iterable[JobRow]) -> dict[str, tuple[JobRow, int]]:
+    """Each job partition's Dagster partition key, ``<display name>/<partition>``. Two jobs
+    that read the same (one definition on two branches) both carry their hash's head."""
+    named: dict[str, list[JobRow]] = {}
+    for j in jobs:
+        named.setdefault(display_name(j), []).append(j)
+    out: dict[str, tuple[JobRow, int]] = {}
+    for name, same in named.items():
+        for j in same:
+            label = name if len(same) == 1 else f"{name}~{j.hash[:8]}"
+            out.update({f"{label}/{p}": (j, p) for p in range(j.partitions)})
+    return out
+
+
+def partition_key(job: JobRow, partition: int, jobs: Iterable[JobRow] = ()) -> str:
+    """``job``'s key among ``jobs`` (the registry; alone when not given)."""
+    keys = partition_keys([job, *(j for j in jobs if j.hash != job.hash)])
+    return next(k for k, (j, p) in keys.items() if j.hash == job.hash and p == partition)
 
 
 @dataclass(frozen=True)
 class LiveRun:
     run_id: str
     partition_key: str
-    started_age_s: float  # seconds since the run started (or was queued)
-    started: bool  # False while queued/starting
+    started_age_s: float  # seconds since its worker started (or since it was queued)
+    started: bool  # False while queued/starting: no worker yet
 
 
 @dataclass
@@ -54,7 +85,7 @@ def plan(
 ) -> Plan:
     """``heartbeats``: (job hash, partition) -> (owner, seconds since its heartbeat);
     ``failed``: (job hash, partition) that stopped for good: never relaunched."""
-    by_key = {partition_key(j, p): (j, p) for j in jobs for p in range(j.partitions)}
+    by_key = partition_keys(jobs)
     existing = set(existing_partitions)
     out = Plan(
         add_partitions=sorted(set(by_key) - existing),
@@ -67,12 +98,13 @@ def plan(
             continue
         job, p = by_key[run.partition_key]
         owner, age = heartbeats.get((job.hash, p), ("", float("inf")))
-        beating = owner == owner_of_run.format(run_id=run.run_id) and age < DEAD_AFTER_S
-        if (
-            beating
-            or run.started_age_s < STARTUP_GRACE_S
-            and not (owner == owner_of_run.format(run_id=run.run_id) and age >= DEAD_AFTER_S)
-        ):
+        mine = owner == owner_of_run.format(run_id=run.run_id)
+        beating = mine and age < DEAD_AFTER_S
+        # a queued or starting run has no worker yet to beat: Dagster's own run monitoring
+        # judges a start that hangs; judging it here failed runs still waiting in the queue
+        waiting = not run.started
+        young = run.started_age_s < STARTUP_GRACE_S and not (mine and age >= DEAD_AFTER_S)
+        if beating or waiting or young:
             if run.partition_key in alive:
                 out.terminate.append(run.run_id)  # a duplicate: fencing keeps it harmless
             else:

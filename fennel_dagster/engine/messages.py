@@ -56,3 +56,10 @@ class Iteration:
     late: int = 0
     # state mutations (a fennel_dagster.ops.state.WriteBatch), applied after the commit
     writes: Any = None
+    # the newest event time among the dataset rows written (µs since the epoch), reported
+    # to the metadata store as the stream's freshness
+    newest_event_us: int | None = None
+
+
+def newest(a: int | None, b: int | None) -> int | None:
+    return a if b is None else b if a is None else max(a, b)

@@ -15,8 +15,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,17 @@ from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
-from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.messages import InMessage, Iteration, newest
 from fennel_dagster.engine.metrics import runner_metrics
 from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
 from fennel_dagster.engine.restarts import RestartWatch, transient
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.snapshotting import Snapshotter
-from fennel_dagster.metadata import registry
+from fennel_dagster.metadata import registry, stream_stats
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow
+from fennel_dagster.metadata.stream_stats import Progress
 from fennel_dagster.ops.state import OverlayReader
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
@@ -124,6 +126,9 @@ class Runner:
         self.snapshot_done = self.snapshotter.done
         self.snapshot_on_stop = True  # graceful stops leave a fresh snapshot for the next owner
         self.keep_state: Callable[[], bool] = lambda: True  # False: the job is being deleted
+        self._unreported = Progress()  # what the next heartbeat reports (stream_stats)
+        # the dataset's topic, whose rows are reported (an index job writes none)
+        self._output = "" if isinstance(self.spec, plan.IndexJobSpec) else self.spec.output_topic
 
     def request_snapshot(self) -> None:
         """Ask the running loop (another thread) for a snapshot now; see ``snapshot_done``."""
@@ -181,8 +186,8 @@ class Runner:
         while not stop.is_set():
             now = time.monotonic()
             if heartbeat is not None and now - last_beat > 2.0:
-                heartbeat()
                 self._measure_lag(consumer)
+                heartbeat()
                 last_beat = now
             msgs = consumer.consume(self.settings.engine_batch_size, timeout)
             batch = [m for m in msgs if not m.error()]
@@ -221,6 +226,17 @@ class Runner:
         metrics.outputs.labels(self.job.name, part).inc(cp.counts.outputs)
         metrics.errors.labels(self.job.name, part).inc(cp.counts.errors)
         metrics.batch_seconds.labels(self.job.name).observe(time.monotonic() - started)
+        u = self._unreported
+        self._unreported = replace(u, messages=u.messages + len(msgs),
+                                   rows_out=u.rows_out + cp.counts.by_topic.get(self._output, 0),
+                                   bad_rows=u.bad_rows + cp.counts.errors,
+                                   newest_event_us=newest(u.newest_event_us,
+                                                          cp.counts.newest_event_us))  # fmt: skip
+
+    def take_progress(self) -> Progress:
+        """What happened since the last call, and the lag last measured (for the heartbeat)."""
+        out, self._unreported = self._unreported, Progress(lag=self._unreported.lag)
+        return out
 
     def _measure_lag(self, consumer: Consumer) -> None:
         """Messages behind the end of the inputs (a broker round trip: every few seconds)."""
@@ -231,6 +247,7 @@ class Runner:
                 if tp.offset >= 0:
                     behind += max(0, high - tp.offset)
             self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
+            self._unreported = replace(self._unreported, lag=behind)
         except KafkaException:
             pass  # an unreachable broker is the runner's loop's business, not the metric's
 
@@ -242,6 +259,43 @@ class Runner:
 
     def _count_snapshot(self) -> None:
         self.stats.snapshots += 1
+
+
+@contextmanager
+def beating_until_loop(
+    beat: Callable[[], None], every_s: float = 2.0
+) -> Iterator[Callable[[], None]]:
+    """Yields the beat a job's loop calls; until its first call, a thread beats every
+    ``every_s``. Starting a job (a snapshot download, a replay, a Spark session) can outlast
+    the keep-alive's patience (``keepalive.DEAD_AFTER_S``), and a starting runner is alive:
+    judged silent, the demo's busiest runs were failed and relaunched mid-recovery."""
+    started = threading.Event()
+    lock = threading.Lock()  # one beat at a time: they share a connection
+
+    def ticking() -> None:
+        while not started.wait(every_s):
+            with lock:
+                if started.is_set():
+                    return
+                try:
+                    beat()
+                except Exception as e:  # noqa: BLE001 - the job's own start meets it too
+                    log.debug("startup heartbeat failed: %s", e)
+
+    thread = threading.Thread(target=ticking, name="startup-beats", daemon=True)
+    thread.start()
+
+    def loop_beat() -> None:
+        if not started.is_set():
+            with lock:
+                started.set()
+        beat()
+
+    try:
+        yield loop_beat
+    finally:
+        started.set()
+        thread.join(every_s + 10)
 
 
 def run_forever(
@@ -265,32 +319,39 @@ def run_forever(
     stop = stop or threading.Event()
     removed = threading.Event()  # the job left the registry: its prefixes are being destroyed
 
+    live: list[Runner] = []  # the stream runner of this attempt, whose progress beats report
+
     def once() -> None:
+        live.clear()
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
 
             def beat() -> None:
                 registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
+                if live:
+                    stream_stats.report(conn, job.hash, partition, live[0].take_progress())
                 if not registry.job_exists(conn, job.hash):
                     log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
                     removed.set()
                     stop.set()
 
             beat()
-            if isinstance(job.spec, plan.OfflineJobSpec):
-                OfflineWriter(settings, job, owner).run(stop, beat)
-            elif isinstance(job.spec, plan.S3IngestJobSpec):
-                spark = spark_session(settings, app=job.name)
-                S3Poller(settings, job.spec, spark).run(stop, beat)
-            elif isinstance(job.spec, plan.PostgresIngestJobSpec):
-                spark = spark_session(settings, app=job.name)
-                PostgresPoller(settings, job.spec, spark).run(stop, beat)
-            else:
-                state_dir = state_path(settings, home, job.name, partition) if home else None
-                runner = Runner(settings, job, partition, owner, state_dir)
-                runner.keep_state = lambda: (
-                    not removed.is_set()
-                )  # no snapshot into a deleted prefix
-                runner.run(stop, beat)
+            with beating_until_loop(beat) as loop_beat:
+                if isinstance(job.spec, plan.OfflineJobSpec):
+                    OfflineWriter(settings, job, owner).run(stop, loop_beat)
+                elif isinstance(job.spec, plan.S3IngestJobSpec):
+                    spark = spark_session(settings, app=job.name)
+                    S3Poller(settings, job.spec, spark).run(stop, loop_beat)
+                elif isinstance(job.spec, plan.PostgresIngestJobSpec):
+                    spark = spark_session(settings, app=job.name)
+                    PostgresPoller(settings, job.spec, spark).run(stop, loop_beat)
+                else:
+                    state_dir = state_path(settings, home, job.name, partition) if home else None
+                    runner = Runner(settings, job, partition, owner, state_dir)
+                    live[:] = [runner]
+                    runner.keep_state = lambda: (
+                        not removed.is_set()
+                    )  # no snapshot into a deleted prefix
+                    runner.run(stop, loop_beat)
 
     watch = RestartWatch(f"job {job.name} partition {partition}")
     outage: list[str] = []  # the transient fault being waited out, said once

@@ -52,3 +52,13 @@ def migrate(conn: psycopg.Connection) -> list[int]:
             )
             applied_now.append(m.version)
     return applied_now
+
+
+def incarnation(conn: psycopg.Connection) -> str:
+    """When this schema was made (its first migration): a schema dropped and made again
+    starts its ids over, and whoever remembers ids (a sensor's cursor) must tell them apart."""
+    row = conn.execute(
+        "SELECT floor(extract(epoch FROM applied_at) * 1000)::bigint FROM schema_migrations "
+        "ORDER BY version LIMIT 1"
+    ).fetchone()
+    return str(row[0]) if row else "0"

@@ -91,6 +91,7 @@ def register_job(conn: psycopg.Connection, job_hash: str, job: plan.JobSpec) -> 
 def unregister_jobs(conn: psycopg.Connection, hashes: list[str]) -> None:
     """Engines stop these jobs' runners when they notice (their failures go with them)."""
     conn.execute("DELETE FROM jobs WHERE hash = ANY(%s)", (hashes,))
+    conn.execute("DELETE FROM stream_stats WHERE job_hash = ANY(%s)", (hashes,))
 
 
 def branch_jobs(conn: psycopg.Connection, branch: str) -> list[JobRow]:
@@ -101,6 +102,21 @@ def branch_jobs(conn: psycopg.Connection, branch: str) -> list[JobRow]:
         (branch,),
     ).fetchall()
     return [of_spec(h, _decode(s)) for h, s in rows]
+
+
+def jobs_by_branch(conn: psycopg.Connection) -> dict[str, list[JobRow]]:
+    """Every branch's jobs (a job shared by branches is listed under each), in one query."""
+    rows = conn.execute(
+        "SELECT DISTINCT r.branch, j.hash, j.spec FROM jobs j JOIN refs r ON r.hash = j.hash "
+        "ORDER BY r.branch"
+    ).fetchall()
+    decoded: dict[str, JobRow] = {}
+    out: dict[str, list[JobRow]] = {}
+    for branch, h, s in rows:
+        if h not in decoded:
+            decoded[h] = of_spec(h, _decode(s))
+        out.setdefault(branch, []).append(decoded[h])
+    return out
 
 
 def record_failure(

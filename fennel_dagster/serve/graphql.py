@@ -28,6 +28,7 @@ from strawberry.extensions import (
 from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
+from strawberry.types.scalar import ScalarDefinition
 
 from fennel_dagster.ops.rows import base_type, json_value
 from fennel_dagster.query.plan import QueryPlan
@@ -41,12 +42,16 @@ from fennel_dagster.wire import spec
 
 MAX_DEPTH, MAX_ALIASES, MAX_TOKENS = 8, 32, 4000
 
-Int64 = strawberry.scalar(
-    NewType("Int64", int),
-    serialize=int,
-    parse_value=lambda v: _int64(v),
-    description="A 64-bit integer (GraphQL's Int is 32-bit)",
-)
+Int64 = NewType("Int64", int)
+# the scalar's definition goes to the schema's config (what strawberry recommends now)
+SCALARS: dict[object, ScalarDefinition] = {
+    Int64: strawberry.scalar(
+        name="Int64",
+        serialize=int,
+        parse_value=lambda v: _int64(v),
+        description="A 64-bit integer (GraphQL's Int is 32-bit)",
+    )
+}
 
 
 def _int64(v: Any) -> int:
@@ -164,16 +169,19 @@ class SchemaBuilder:
                       explain=strawberry.field(resolver=_explain))  # fmt: skip
         query = strawberry.type(type("Query", (), {"__annotations__": annotations, **fields}))
         return strawberry.Schema(
-            query=query, mutation=Mutation, config=StrawberryConfig(auto_camel_case=True),
+            query=query, mutation=Mutation,
+            config=StrawberryConfig(auto_camel_case=True, scalar_map=SCALARS),
             extensions=self._extensions(),
         )  # fmt: skip
 
     @staticmethod
     def _extensions() -> list[Any]:
-        """Limits on by default; parsed and validated documents cached (the hot path)."""
-        return [QueryDepthLimiter(max_depth=MAX_DEPTH), MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
-                MaxTokensLimiter(max_token_count=MAX_TOKENS), ParserCache(maxsize=1024),
-                ValidationCache(maxsize=1024)]  # fmt: skip
+        """Limits on by default; parsed and validated documents cached (the hot path).
+        Factories, as strawberry asks: one extension per request; the caches are shared."""
+        return [lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
+                lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+                lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+                lambda: ParserCache(maxsize=1024), lambda: ValidationCache(maxsize=1024)]  # fmt: skip
 
     def _featureset_type(self, fs: spec.FeaturesetSpec) -> type:
         ann = {f.name: _scalar(f.dtype) | None for f in fs.features}

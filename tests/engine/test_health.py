@@ -1,34 +1,51 @@
-"""Stream health (what the `stream_health` sensor observes) read from the real broker."""
+"""Stream health (what the `stream_health` sensor observes) as the runners report it."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from fennel_dagster.engine.health import dataset_health
+from fennel_dagster.engine.health import DatasetHealth, stream_health
+from fennel_dagster.engine.runner import run_forever
+from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
-from tests.engine.harness import Fleet, commit, produce_rows, read_topic, wait_for
+from tests.engine.harness import commit, produce_rows, read_topic, wait_for
 
 pytestmark = pytest.mark.services
 
 
-def test_health_reports_rows_lag_errors_and_the_newest_event(engine_settings: Settings) -> None:
+def spend_health(s: Settings) -> DatasetHealth:
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        found = {h.dataset: h for h in stream_health(conn) if h.branch == "main"}
+    return found["Spend"]
+
+
+def test_runners_report_rows_lag_errors_and_the_newest_event(engine_settings: Settings) -> None:
     s = engine_settings
     jobs = commit(s, repo.graph(f"{s.namespace}.raw"))
     pipe = jobs["pipeline:Spend"]
-    txn_topic, spend_topic = pipe.spec.inputs[0].topic, pipe.spec.output_topic
-    ev = repo.events(40)
-    produce_rows(s, txn_topic, to_records(ev))
-    before = dataset_health(s.kafka_servers, spend_topic, pipe.spec.error_topic, [pipe], "ts")
-    assert before.lag == 40 and before.messages == 0 and before.errors == 0
-    assert before.last_event is None
-    fleet = Fleet(s)
-    fleet.start(pipe)
+    produce_rows(s, pipe.spec.inputs[0].topic, to_records(repo.events(40)))
+    before = spend_health(s)
+    assert (before.rows, before.bad_rows, before.lag, before.newest_event) == (0, 0, None, None)
+    assert before.running == 0 and before.partitions == pipe.partitions and not before.stopped
+    # runners as engines and Dagster runs run them: with heartbeats, which carry the reports
+    stop = threading.Event()
+    runs = [threading.Thread(target=run_forever, args=(s, pipe, p, "health-test", stop))
+            for p in range(pipe.partitions)]  # fmt: skip
+    for t in runs:
+        t.start()
     try:
-        wait_for(lambda: len(read_topic(s, spend_topic, 4, timeout=5)) >= 40, 90, "outputs")
+        wait_for(lambda: spend_health(s).rows >= 40 and spend_health(s).lag == 0, 90, "reports")
+        after = spend_health(s)
+        assert after.running == pipe.partitions
     finally:
-        fleet.stop()
-    after = dataset_health(s.kafka_servers, spend_topic, pipe.spec.error_topic, [pipe], "ts")
-    assert after.lag == 0 and after.messages >= 40 and after.errors == 0
-    assert after.last_event is not None and after.last_event.startswith("2026-01-01")
+        stop.set()
+        for t in runs:
+            t.join(60)
+    assert after.rows == len(read_topic(s, pipe.spec.output_topic, 4)) > 0
+    assert after.bad_rows == 0
+    newest = repo.events(40).ts.max()
+    assert after.newest_event is not None and after.newest_event == newest.to_pydatetime()

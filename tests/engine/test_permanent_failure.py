@@ -96,8 +96,8 @@ def test_a_permanently_failing_partition_stops_and_records_why(
     owned = Supervisor.owned(sup, jobs, ["solo"], failed)
     assert (pipe.hash, part) not in owned and (pipe.hash, (part + 1) % pipe.partitions) in owned
     plan = keepalive.plan(jobs, [], [], {}, failed=failed)
-    assert keepalive.partition_key(pipe, part) not in plan.launch
-    assert keepalive.partition_key(pipe, (part + 1) % pipe.partitions) in plan.launch
+    assert keepalive.partition_key(pipe, part, jobs) not in plan.launch
+    assert keepalive.partition_key(pipe, (part + 1) % pipe.partitions, jobs) in plan.launch
 
 
 def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(

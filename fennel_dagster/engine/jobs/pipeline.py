@@ -85,6 +85,8 @@ class PipelineJob:
         )
         it.outputs += out
         it.errors += bad
+        if out:
+            it.newest_event_us = newest_event_us(rows, self.dataset.timestamp)
         return it
 
     def _index_right(self, ds: spec.DatasetSpec, messages: list[InMessage]) -> Iteration:
@@ -101,3 +103,11 @@ def _row_errors(result: BatchResult, first: InMessage) -> list[ErrorRecord]:
                     first.offset, dumps(e.row), e.operator, e.row)
         for e in result.errors
     ]  # fmt: skip
+
+
+def newest_event_us(rows: pd.DataFrame, ts: str) -> int | None:
+    """The newest event time of the rows written (µs since the epoch), for freshness."""
+    if ts not in rows.columns or rows.empty:
+        return None
+    newest = pd.to_datetime(rows[ts], utc=True, errors="coerce").max()
+    return None if pd.isna(newest) else int(newest.value // 1000)

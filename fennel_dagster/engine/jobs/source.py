@@ -123,6 +123,8 @@ class SourceJob:
             it.outputs.append(OutRecord(self.output, part, key, raw))
         if mark is not None:
             it.writes.put(self.namespace, _WATERMARK, str(mark).encode())
+            if it.outputs:  # the watermark is the newest event time written
+                it.newest_event_us = mark
         return it
 
     # ------------------------------------------------------------------ stages
