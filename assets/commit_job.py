@@ -10,6 +10,7 @@ canonical wire bytes of a CommitSpec, base64) for a direct submission.
 import base64
 import getpass
 import threading
+from typing import Any
 
 from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 from dagster_graphql import DagsterGraphQLClient
@@ -34,6 +35,7 @@ class CommitConfig(Config):  # type: ignore[misc]
 
 @op(required_resource_keys={"fennel", "pyspark"})
 def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: ignore[type-arg]
+    """Returns the commit's summary (``CommitSummary.to_json``)."""
     settings = context.resources.fennel.settings()
     # a backfill runs on the run's dagster-pyspark session (started only if one is needed)
     with LocalClient(settings, spark=lambda: context.resources.pyspark.spark_session) as client:
@@ -73,22 +75,19 @@ def commit(context: OpExecutionContext, config: CommitConfig) -> dict:  # type: 
         finally:
             progress_conn.close()
         record_materializations(context, client, result)
-    context.log.info(
-        f"commit {result['commit_id']} on {result['branch']}: {len(result['created'])} created, "
-        f"{len(result['reused'])} reused, {len(result['released'])} released"
-    )
+    context.log.info(str(result))
     reload_location(context)
-    return result
+    return result.to_json()
 
 
 def record_materializations(
     context: OpExecutionContext,
     client: LocalClient,
-    result: dict,  # type: ignore[type-arg]
+    result: requests.CommitSummary,
 ) -> None:
     """Every dataset and featureset the branch now has is materialised by this commit (so
     committed assets do not show "Never materialized"), with its backfill when it had one."""
-    branch = result["branch"]
+    branch = result.branch
     with client.conn.transaction():
         committed = branches.checkout(client.conn, branch)
     if committed is None:
@@ -97,7 +96,11 @@ def record_materializations(
     for ds in committed.datasets:
         if ds.meta.deleted:
             continue
-        metadata = {"commit": result["commit_id"], "branch": branch, "version": ds.version}
+        metadata: dict[str, Any] = {
+            "commit": result.commit_id,
+            "branch": branch,
+            "version": ds.version,
+        }
         bf = backfills.get(ds.name)
         if bf is not None:
             metadata |= {"backfill": bf.how, "backfill history rows": bf.messages,
@@ -106,7 +109,7 @@ def record_materializations(
     for fs in committed.featuresets:
         context.log_event(AssetMaterialization(
             asset_path(branch, fs.name),
-            metadata={"commit": result["commit_id"], "branch": branch,
+            metadata={"commit": result.commit_id, "branch": branch,
                       "extractors": ", ".join(e.name for e in fs.extractors)},
         ))  # fmt: skip
 

@@ -39,7 +39,8 @@ from fennel_dagster.commit.catalog import (
     describe,
     featureset_deps,
 )
-from fennel_dagster.commit.requests import outcome_json
+from fennel_dagster.commit.protocol import CommitOutcome
+from fennel_dagster.commit.requests import CommitSummary
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.quality.expectations import run, sample
 from fennel_dagster.serve.graphql import featureset_sdl
@@ -211,18 +212,19 @@ def branch_assets(cat: BranchCatalog) -> AssetsDefinition | None:
             if committed is None:
                 raise ValueError(f"branch {branch!r} has nothing committed to materialise")
             out = client.commit_spec(committed, branch=branch)
-        result = outcome_json(out)  # type: ignore[arg-type]
+        assert isinstance(out, CommitOutcome), out  # not a preview, not a Dagster request
+        result = CommitSummary.of(out)
         elapsed = time.monotonic() - t0
         for key in [k for k in order if k in context.selected_asset_keys]:
             yield MaterializeResult(
                 asset_key=key,
                 metadata={
-                    "commit": result["commit_id"],
-                    "created": len(result["created"]),
-                    "reused": len(result["reused"]),
-                    "kept": len(result["kept"]),
-                    "destroyed": len(result["released"]),
-                    "diff": MetadataValue.json(result),
+                    "commit": result.commit_id,
+                    "created": len(result.created),
+                    "reused": len(result.reused),
+                    "kept": len(result.kept),
+                    "destroyed": len(result.released),
+                    "diff": MetadataValue.json(result.to_json()),
                     "duration s": round(elapsed, 3),
                 },
             )

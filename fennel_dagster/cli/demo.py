@@ -101,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
     status.start()
     with open(logs / "dagster.log", "ab") as out:  # Dagster's own output: `stack logs dagster`
         dev = subprocess.Popen(
-            [str(Path(sys.executable).with_name("fennel-dagster")), "dev",
-             "--log-file", str(logs / "dagster.log")],
+            [str(Path(sys.executable).with_name("fennel-dagster")), "dev"],
             cwd=project_root(), env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the demo only; it stops Dagster in order
         )  # fmt: skip
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             with LocalClient(settings, via_dagster=True) as client:
                 outcome = client.commit("payments example", datasets=DATASETS,
                                         featuresets=FEATURESETS)  # fmt: skip
-                status.phase = f"committed through a Dagster run: {_summary(outcome)}"
+                status.phase = f"committed through a Dagster run: {outcome}"
                 client.via_dagster = False
                 events = generate()
                 client.log("ops_webhook", "users", events.users)
@@ -155,14 +154,6 @@ def run(args: argparse.Namespace) -> int:
             end_session(dev.pid, grace_s=5)
         console.print("stopped")
     return 0
-
-
-def _summary(outcome: Any) -> str:
-    made = getattr(outcome, "created", None)
-    commit = getattr(outcome, "commit_id", None)
-    if isinstance(outcome, dict):
-        made, commit = outcome.get("created"), outcome.get("commit_id")
-    return f"commit {commit}, {len(made or ())} physical assets created"
 
 
 def _features_query(url: str, token: str) -> Any:

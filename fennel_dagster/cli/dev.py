@@ -84,11 +84,11 @@ def close_engine_runs(settings: Settings, dagster_home: str) -> None:
     """The engine runs ended with this session: say so in the instance, so none stays
     "started" (holding its partition's slot) until the next keep-alive tick notices."""
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+    from dagster._core.instance.ref import InstanceRef
 
-    os.environ["DAGSTER_HOME"] = dagster_home
     live = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
             DagsterRunStatus.STARTED]  # fmt: skip
-    with DagsterInstance.get() as instance:
+    with DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
         for run in instance.get_runs(filters=RunsFilter(
             job_name=keepalive.ENGINE_JOB, statuses=live,
             tags={keepalive.SCHEMA_TAG: settings.pg_schema},

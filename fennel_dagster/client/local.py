@@ -122,7 +122,7 @@ class LocalClient:
         env: str | None = None,
         backfill: bool = True,
         branch: str | None = None,
-    ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
+    ) -> protocol.CommitOutcome | BlueprintDiff | requests.CommitSummary:
         """Validate, compile and commit; ``preview=True`` prints and returns the diff only.
 
         A rejected commit raises ``CommitRejected`` listing every validation error. ``env``
@@ -138,7 +138,7 @@ class LocalClient:
         preview: bool = False,
         branch: str | None = None,
         backfill: bool = True,
-    ) -> protocol.CommitOutcome | BlueprintDiff | dict[str, Any]:
+    ) -> protocol.CommitOutcome | BlueprintDiff | requests.CommitSummary:
         target = branch or self.branch
         with self.conn.transaction():
             previous = branches.checkout(self.conn, target)
@@ -183,7 +183,7 @@ class LocalClient:
             self._spark = make()
         return self._spark
 
-    def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> dict[str, Any]:
+    def _commit_via_dagster(self, request: spec.CommitSpec, branch: str) -> requests.CommitSummary:
         """Record a commit request, let Dagster's commit run carry it out, stream progress."""
         rid = requests.submit(self.conn, branch, request.message, self.author, encode(request))
         print(f"commit request {rid} recorded; waiting for its Dagster run", flush=True)

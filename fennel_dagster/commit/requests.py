@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -60,17 +61,36 @@ def progress(conn: psycopg.Connection, request_id: int, line: str) -> None:
         stored.append_progress(conn, request_id, line)
 
 
-def outcome_json(out: CommitOutcome) -> dict[str, Any]:
-    d = out.diff
-    return {
-        "branch": out.branch,
-        "commit_id": out.commit_id,
-        "created": [b.name for b in d.create],
-        "reused": [b.name for b in d.reuse],
-        "kept": [b.name for b in d.keep],
-        "released": [b.name for b in d.release],
-        "durations": out.durations,
-    }
+@dataclass(frozen=True)
+class CommitSummary:
+    """What a commit did, by physical asset name: kept as JSON with its request, so the
+    client that waits on a Dagster commit run gets it back."""
+
+    branch: str
+    commit_id: int
+    created: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    durations: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, out: CommitOutcome) -> CommitSummary:
+        d = out.diff
+        return cls(out.branch, out.commit_id, [b.name for b in d.create],
+                   [b.name for b in d.reuse], [b.name for b in d.keep],
+                   [b.name for b in d.release], dict(out.durations))  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CommitSummary:
+        return cls(**d)
+
+    def __str__(self) -> str:
+        return (f"commit {self.commit_id} on {self.branch!r}: {len(self.created)} created, "
+                f"{len(self.reused)} reused, {len(self.released)} released")  # fmt: skip
 
 
 def carry_out(
@@ -78,7 +98,7 @@ def carry_out(
     request_id: int,
     run_id: str,
     commit: Callable[[CommitRequest], CommitOutcome],
-) -> dict[str, Any]:
+) -> CommitSummary:
     """Carry out a request with ``commit`` and record what happened."""
     req = get(conn, request_id)
     _mark_running(conn, request_id, run_id)
@@ -94,12 +114,12 @@ def carry_out(
         _record_outcome(conn, request_id, "failed", {"error": f"{type(e).__name__}: {e}"})
         progress(conn, request_id, f"failed: {type(e).__name__}: {e}")
         raise
-    result = outcome_json(out)
-    _record_outcome(conn, request_id, "committed", result)
+    summary = CommitSummary.of(out)
+    _record_outcome(conn, request_id, "committed", summary.to_json())
     progress(conn, request_id, f"committed {req.branch!r} as commit {out.commit_id}: "
-             f"{len(result['created'])} created, {len(result['reused'])} reused, "
-             f"{len(result['released'])} released")  # fmt: skip
-    return result
+             f"{len(summary.created)} created, {len(summary.reused)} reused, "
+             f"{len(summary.released)} released")  # fmt: skip
+    return summary
 
 
 def wait(
@@ -107,7 +127,7 @@ def wait(
     request_id: int,
     timeout: float = 300.0,
     on_progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> CommitSummary:
     """Block until the request is done; stream progress lines; raise on rejection/failure."""
     seen = 0
     deadline = time.monotonic() + timeout
@@ -122,7 +142,7 @@ def wait(
         seen = len(lines)
         if state == "committed":
             assert result is not None
-            return result
+            return CommitSummary.from_json(result)
         if state == "rejected":
             assert result is not None
             raise CommitRejected([Violation(**e) for e in result["errors"]])

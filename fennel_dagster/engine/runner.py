@@ -326,10 +326,12 @@ def run_forever(
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
 
             def beat() -> None:
-                registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
-                if live:
-                    stream_stats.report(conn, job.hash, partition, live[0].take_progress())
-                if not registry.job_exists(conn, job.hash):
+                with conn.pipeline():  # one round trip for the three statements
+                    registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
+                    if live:
+                        stream_stats.report(conn, job.hash, partition, live[0].take_progress())
+                    exists = registry.job_exists(conn, job.hash)
+                if not exists:
                     log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
                     removed.set()
                     stop.set()

@@ -120,7 +120,7 @@ class Server:
             return {"branch": result.branch, "commit_id": result.commit_id,
                     "created": len(result.diff.create), "released": len(result.diff.release),
                     "backfills": len(client.backfills)}  # fmt: skip
-        return dict(result)
+        return result.to_json()
 
     # ------------------------------------------------------------------ offline queries
 

@@ -18,6 +18,7 @@ from dagster_graphql.client.utils import DagsterGraphQLClientError
 from examples.payments.datasets import DATASETS
 from examples.payments.featuresets import FEATURESETS
 from fennel_dagster.client import LocalClient
+from fennel_dagster.commit.requests import CommitSummary
 from fennel_dagster.dagster_home import prepare_dagster_home
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.metadata.db import connect
@@ -72,7 +73,7 @@ def test_client_commit_through_the_commit_sensor_makes_the_assets_appear(
     t0 = time.monotonic()
     with LocalClient(s, via_dagster=True) as client:
         result = client.commit("payments v1", datasets=DATASETS, featuresets=FEATURESETS)
-    assert isinstance(result, dict) and result["created"] and result["branch"] == "main"
+    assert isinstance(result, CommitSummary) and result.created and result.branch == "main"
     deadline = time.monotonic() + 60
     while "main/UserSpend" not in asset_paths(s):
         assert time.monotonic() < deadline, "assets did not appear after the commit"

@@ -10,6 +10,7 @@ traceback or warning.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -107,6 +108,27 @@ def test_sensors_never_failed_a_tick_and_each_evaluates_well_inside_dagsters_lim
         assert max(took) < SENSOR_BOUND_S, (name, sorted(took)[-5:])
     # several intervals of the slowest sensor (30 s) passed, so each one ran more than once
     assert all(len(t) >= 2 for t in seen.values()), {k: len(v) for k, v in seen.items()}
+
+
+def test_each_sensor_function_alone_evaluates_in_well_under_a_second(
+    demo: tuple[Settings, str, float],
+) -> None:
+    # the ticks above include Dagster's daemon, gRPC and run submission; this is our part,
+    # on the demo's committed platform with its engine runs stopped (keep-alive's busiest
+    # case: every partition needs a run)
+    s, _, _ = demo
+    env = {**os.environ, **s.as_env(), "DAGSTER_HOME": str(s.dagster_home_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.stack.sensor_timing", "5"], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    took: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(took) == SENSORS, sorted(took)
+    for name, seconds in sorted(took.items()):
+        print(f"{name} alone: median {statistics.median(seconds) * 1000:.0f} ms, "
+              f"max {max(seconds) * 1000:.0f} ms")  # fmt: skip
+        assert max(seconds) < SENSOR_BOUND_S, (name, seconds)
 
 
 def test_the_commit_materialized_every_asset_and_stream_health_was_observed(
