@@ -5,6 +5,7 @@ from fennel_dagster.declare.aggregate import (
     Avg,
     Count,
     Distinct,
+    ExpDecaySum,
     FirstK,
     LastK,
     Max,
@@ -14,5 +15,5 @@ from fennel_dagster.declare.aggregate import (
     Sum,
 )
 
-__all__ = ["Average", "Avg", "Count", "Distinct", "FirstK", "LastK", "Max", "Min", "Quantile",
-           "Stddev", "Sum"]  # fmt: skip
+__all__ = ["Average", "Avg", "Count", "Distinct", "ExpDecaySum", "FirstK", "LastK", "Max", "Min",
+           "Quantile", "Stddev", "Sum"]  # fmt: skip

@@ -1,6 +1,28 @@
 """Expressions: ``from fennel_dagster.expr import col, lit, when`` (Fennel's ``fennel.expr``);
 ``Expr.typeof``/``eval`` answer as the commit's type checker and the pipelines' evaluator."""
 
-from fennel_dagster.declare.expr import Expr, InvalidExprException, col, from_epoch, lit, when
+from fennel_dagster.declare.expr import (
+    Expr,
+    InvalidExprException,
+    col,
+    datetime,
+    from_epoch,
+    lit,
+    now,
+    repeat,
+    var,
+    when,
+)
 
-__all__ = ["Expr", "InvalidExprException", "col", "from_epoch", "lit", "when"]
+__all__ = [
+    "Expr",
+    "InvalidExprException",
+    "col",
+    "datetime",
+    "from_epoch",
+    "lit",
+    "now",
+    "repeat",
+    "var",
+    "when",
+]

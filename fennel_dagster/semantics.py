@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.commit.infer import TypeErrorInExpr, type_of
@@ -24,6 +25,29 @@ def _schema(schema: Mapping[str, Any]) -> dict[str, spec.DType]:
     return {name: to_dtype(tp, f"schema[{name!r}]") for name, tp in schema.items()}
 
 
+def _null(value: Any) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _user_value(value: Any, dtype: spec.DType) -> Any:
+    """An engine value (None for null, a dict for a struct) as ``Expr.eval`` answers it."""
+    if not isinstance(value, list | tuple | np.ndarray | dict) and _null(value):
+        return pd.NA
+    match dtype:
+        case spec.OptionalType(of=inner):
+            return _user_value(value, inner)
+        case spec.ListType(of=inner) if isinstance(value, list | tuple | np.ndarray):
+            return [_user_value(v, inner) for v in value]
+        case spec.StructType(fields=fields) if isinstance(value, dict):
+            cls = python_type(dtype)
+            items = {f.name: _user_value(value.get(f.name), f.dtype) for f in fields}
+            return items if cls is dict else cls(**items)
+    return value
+
+
 class _Semantics:
     def typeof(self, e: Expr, schema: Mapping[str, Any]) -> Any:
         return python_type(type_of(e.to_ir(), _schema(schema)))
@@ -33,7 +57,11 @@ class _Semantics:
         out = evaluate(e.to_ir(), df.reset_index(drop=True))
         if not isinstance(out, pd.Series):  # a literal: one value per row
             out = pd.Series([out] * len(df))
-        return astype(out, dtype)
+        out = astype(out, dtype)
+        if out.dtype != object:
+            return out
+        # as Fennel's (Arrow-backed) answer: nulls as pd.NA, structs as their classes
+        return pd.Series([_user_value(v, dtype) for v in out], index=out.index, dtype=object)
 
     def pipeline_problems(
         self, ds: spec.DatasetSpec, datasets: Mapping[str, spec.DatasetSpec]

@@ -6,11 +6,15 @@ from fennel_dagster.declare.sources import (
     S3,
     Avro,
     BigQuery,
+    Certificate,
     Eval,
     Kafka,
     Kinesis,
+    Mongo,
     MySQL,
     Postgres,
+    Protobuf,
+    PubSub,
     Redshift,
     Sample,
     Snowflake,
@@ -22,6 +26,7 @@ from fennel_dagster.declare.sources import (
 )
 
 __all__ = [
-    "HTTP", "S3", "Avro", "BigQuery", "Eval", "Kafka", "Kinesis", "MySQL", "Postgres", "Redshift",
-    "Sample", "Snowflake", "Webhook", "eval", "ref", "sink", "source",
+    "HTTP", "S3", "Avro", "BigQuery", "Certificate", "Eval", "Kafka", "Kinesis", "Mongo", "MySQL",
+    "Postgres", "Protobuf", "PubSub", "Redshift", "Sample", "Snowflake", "Webhook", "eval", "ref",
+    "sink", "source",
 ]  # fmt: skip

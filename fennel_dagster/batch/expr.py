@@ -11,8 +11,9 @@ returns typed JSON values in pandas but text in Spark), never approximated silen
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.sql import Column
@@ -149,6 +150,71 @@ def _wall(s: Column, p: list[Any], at: int) -> Column:
     return F.from_utc_timestamp(s, p[at]) if len(p) > at else s
 
 
+def _round(s: Column, decimals: int) -> Column:
+    """``round()`` an int, ``round(n)`` a float with ``n`` decimals (half to even)."""
+    if decimals == 0:
+        return F.bround(s.cast("double"), 0).cast("long")
+    return F.bround(s.cast("double"), decimals)
+
+
+def _has_null(s: Column) -> Column:
+    return F.exists(s, lambda x: x.isNull())
+
+
+def _contains(s: Column, item: Column) -> Column:
+    """As ``ops.expr._contains``: an empty list contains nothing (not even null); otherwise
+    Spark's ``array_contains`` (null if the item, or an element not matched, is null)."""
+    return F.when(F.size(s) == 0, F.lit(False)).when(item.isNotNull(), F.array_contains(s, item))
+
+
+_INT_TYPES = ("tinyint", "smallint", "int", "bigint")
+
+
+def _pow(a: Column, b: Column) -> Column:
+    """Spark's ``pow`` is a float power; an int to a negative int power is an error (as on
+    pandas), found from the operands' SQL types at run time."""
+    ints = F.typeof(a).isin(*_INT_TYPES) & F.typeof(b).isin(*_INT_TYPES)
+    message = (
+        "pow: an int raised to a negative int power has no int value; make the base or the "
+        "exponent a float, e.g. lit(2).num.pow(lit(-2.0))"
+    )
+    return F.when(ints & (b < 0), F.raise_error(F.lit(message))).otherwise(F.pow(a, b))
+
+
+def _zip(names: list[str], lists: list[Column], dtype: spec.StructType) -> Column:
+    """As ``ops.expr._zip``: structs of the lists' items up to the shortest list (Spark's
+    ``arrays_zip`` pads to the longest, so the items are read by position instead)."""
+    given = dict(zip(names, lists, strict=True))
+    shortest = F.least(*(F.size(c) for c in lists)) if len(lists) > 1 else F.size(lists[0])
+
+    def item(k: Column) -> Column:
+        return F.struct(*[
+            (given[f.name][k] if f.name in given else F.lit(None)).cast(spark_type(f.dtype)).alias(f.name)
+            for f in dtype.fields
+        ])  # fmt: skip
+
+    present = F.lit(True)
+    for c in lists:
+        present = present & c.isNotNull()
+    return F.when(present, F.transform(F.slice(lists[0], 1, shortest), lambda _, k: item(k)))
+
+
+def _parse(s: Column, dtype: spec.DType) -> Column:
+    """``str.parse``: JSON text read with ``from_json`` in FAILFAST mode (bad JSON fails the
+    query, as it raises on pandas); the value is wrapped in an object so any type parses."""
+    doc = F.concat(F.lit('{"v":'), s, F.lit("}"))
+    schema = T.StructType([T.StructField("v", spark_type(dtype))])
+    value = F.from_json(doc, schema, {"mode": "FAILFAST"}).getField("v")
+    if isinstance(dtype, spec.OptionalType):
+        dtype = dtype.of
+    if isinstance(dtype, spec.StringType):  # Spark would read a number or a list as its text
+        text = F.trim(s)
+        quoted = text.startswith('"') | (text == "null")
+        message = F.concat(F.lit("str.parse: "), s, F.lit(" is not a JSON string (quote it)"))
+        return F.when(s.isNotNull() & ~quoted, F.raise_error(message)).otherwise(value)
+    return value
+
+
 _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "str.len": lambda s, p: F.length(s),
     "str.lower": lambda s, p: F.lower(s),
@@ -172,18 +238,26 @@ _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "num.ceil": lambda s, p: F.ceil(s),
     "num.floor": lambda s, p: F.floor(s),
     "num.from_epoch": lambda s, p: F.timestamp_micros(s * round(_UNIT[p[0]] * 1_000_000)),
-    "num.round": lambda s, p: F.bround(s, int(p[0]) if p else 0),
+    "num.round": lambda s, p: _round(s, int(p[0]) if p else 0),
     "num.sqrt": lambda s, p: F.sqrt(s.cast("double")),
-    "num.log": lambda s, p: _log(s),
+    "num.log": lambda s, p: _log(s) / F.lit(math.log(p[0])) if p else _log(s),
+    "num.sin": lambda s, p: F.sin(s.cast("double")),
+    "num.cos": lambda s, p: F.cos(s.cast("double")),
+    "num.tan": lambda s, p: F.tan(s.cast("double")),
+    "num.arcsin": lambda s, p: F.asin(s.cast("double")),
+    "num.arccos": lambda s, p: F.acos(s.cast("double")),
+    "num.arctan": lambda s, p: F.atan(s.cast("double")),
     "num.to_string": lambda s, p: s.cast("string"),
     "list.len": lambda s, p: F.size(s),
-    "list.contains": lambda s, p: F.array_contains(s, p[0]),
+    "list.contains": lambda s, p: _contains(s, F.lit(p[0])),
     "list.at": lambda s, p: F.try_element_at(s, F.lit(p[0] + 1 if p[0] >= 0 else p[0])),
     "list.sum": lambda s, p: _list_sum(s),
-    "list.min": lambda s, p: F.array_min(s),
-    "list.max": lambda s, p: F.array_max(s),
+    "list.min": lambda s, p: F.when(~_has_null(s), F.array_min(s)),
+    "list.max": lambda s, p: F.when(~_has_null(s), F.array_max(s)),
     "list.mean": lambda s, p: F.when(F.size(s) > 0, _list_sum(s) / F.size(s)),
-    "list.hasnull": lambda s, p: F.exists(s, lambda x: x.isNull()),
+    "list.hasnull": lambda s, p: _has_null(s),
+    "list.all": lambda s, p: F.forall(s, lambda x: x),
+    "list.any": lambda s, p: F.exists(s, lambda x: x),
     "struct.get": lambda s, p: s.getField(p[0]),
 }
 
@@ -194,7 +268,7 @@ _BINARY: dict[str, Callable[[Column, Column], Column]] = {
     "truediv": lambda a, b: F.try_divide(a, b),
     "floordiv": _floordiv,
     "mod": _python_mod,
-    "pow": lambda a, b: F.pow(a, b),
+    "pow": _pow,
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
     "lt": lambda a, b: a < b,
@@ -210,20 +284,28 @@ _BINARY: dict[str, Callable[[Column, Column], Column]] = {
 REFUSED = {"str.json_extract": "pandas returns typed JSON values, Spark's get_json_object text"}
 
 
-def to_column(node: spec.Expr) -> Column:
-    """The Spark Column computing ``node`` over a DataFrame of the expression's inputs."""
+def to_column(node: spec.Expr, env: Mapping[str, Column] | None = None) -> Column:
+    """The Spark Column computing ``node`` over a DataFrame of the expression's inputs
+    (``env``: the lambda variables in scope, inside ``list.map``/``list.filter``)."""
+    env = env or {}
     match node:
         case spec.Col(name=name):
             return F.col(name)
+        case spec.Var(name=name):
+            if name not in env:
+                raise SparkUnsupported(f"var({name!r}) is used outside list.map/list.filter")
+            return env[name]
         case spec.Lit():
             return _lit(node)
         case spec.When(cases=cases, otherwise=otherwise):
             out: Any = F
             for cond, value in cases:
-                out = out.when(F.coalesce(to_column(cond), F.lit(False)), to_column(value))
-            return out.otherwise(to_column(otherwise))  # type: ignore[no-any-return]
+                out = out.when(
+                    F.coalesce(to_column(cond, env), F.lit(False)), to_column(value, env)
+                )
+            return out.otherwise(to_column(otherwise, env))  # type: ignore[no-any-return]
         case spec.Call(fn=fn, args=args, dtype=dtype):
-            return _call(fn, args, dtype)
+            return _call(fn, args, dtype, env)
     raise SparkUnsupported(f"not an expression: {node!r}")
 
 
@@ -231,7 +313,7 @@ _COLUMN_PARAM: dict[str, Callable[[Column, Column], Column]] = {
     "str.contains": lambda s, o: s.contains(o),
     "str.startswith": lambda s, o: s.startswith(o),
     "str.endswith": lambda s, o: s.endswith(o),
-    "list.contains": lambda s, o: F.when(o.isNotNull(), F.array_contains(s, o)),
+    "list.contains": _contains,
     "list.at": lambda s, o: F.when(  # Spark's index is a 1-based int
         o.between(-(2**31), 2**31 - 2),
         F.try_element_at(s, F.when(o >= 0, o + 1).otherwise(o).cast("int")),
@@ -239,16 +321,37 @@ _COLUMN_PARAM: dict[str, Callable[[Column, Column], Column]] = {
 }
 
 
-def _call(fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None) -> Column:
+def _call(
+    fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None, env: Mapping[str, Column]
+) -> Column:
     if fn in REFUSED:
         raise SparkUnsupported(f"{fn} is not available on Spark: {REFUSED[fn]}")
     if fn not in FUNCTIONS:
         raise SparkUnsupported(f"unknown expression function {fn!r}")
-    first = to_column(args[0])
+    if fn == "now":
+        return F.current_timestamp()
+    if fn == "zip":
+        if not isinstance(dtype, spec.StructType):
+            raise SparkUnsupported("zip needs a struct type")
+        return _zip([str(_param(a)) for a in args[::2]], [to_column(a, env) for a in args[1::2]], dtype)  # fmt: skip
+    first = to_column(args[0], env)
+    if fn == "repeat":
+        return F.array_repeat(first, to_column(args[1], env).cast("int"))
+    if fn in ("list.map", "list.filter"):
+        name, body = str(_param(args[1])), args[2]
+        if fn == "list.map":
+            return F.transform(first, lambda x: to_column(body, {**env, name: x}))
+        return F.filter(
+            first, lambda x: F.coalesce(to_column(body, {**env, name: x}), F.lit(False))
+        )
+    if fn == "str.parse":
+        if dtype is None:
+            raise SparkUnsupported("str.parse needs a target type")
+        return _parse(first, dtype)
     if fn in _BINARY:
-        return _BINARY[fn](first, to_column(args[1]))
+        return _BINARY[fn](first, to_column(args[1], env))
     if fn in _COLUMN_PARAM and len(args) > 1 and not isinstance(args[1], spec.Lit):
-        return _COLUMN_PARAM[fn](first, to_column(args[1]))  # a column-valued parameter
+        return _COLUMN_PARAM[fn](first, to_column(args[1], env))  # a column-valued parameter
     if fn in _UNARY:
         return _UNARY[fn](first, [_param(a) for a in args[1:]])
     if fn == "neg":
@@ -259,7 +362,7 @@ def _call(fn: str, args: tuple[spec.Expr, ...], dtype: spec.DType | None) -> Col
         return first.isNull()
     if fn == "dt.since":
         unit = _param(args[2]) if len(args) > 2 else "second"
-        return F.floor((_seconds(first) - _seconds(to_column(args[1]))) / _UNIT[unit])
+        return F.floor((_seconds(first) - _seconds(to_column(args[1], env))) / _UNIT[unit])
     if fn == "astype":
         if dtype is None:
             raise SparkUnsupported("astype needs a target type")

@@ -255,6 +255,9 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
             s.report(f"groupby key {k!r} is Optional", f"dropnull({k!r}) before groupby")
     out = [spec.FieldSpec(k, s.types[k], key=True) for k in gkeys]
     for a in aggs:
+        if a.kind == "exp_decay":
+            out.append(spec.FieldSpec(a.into, _exp_decay_type(a, s)))
+            continue
         out.append(spec.FieldSpec(a.into, agg_type(a, s.types)))
         if a.window.kind == "session" and not a.window.gap:
             s.report(
@@ -263,6 +266,21 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
             )
     out.append(spec.FieldSpec(node.along or s.ts, spec.TimestampType(), timestamp=True))
     return out
+
+
+def _exp_decay_type(a: spec.AggSpec, s: Stream) -> spec.DType:
+    """ExpDecaySum: of an int, float or decimal column (Optional too: nulls are skipped), a
+    float (0.0 over no rows)."""
+    assert a.of is not None
+    if a.window.kind not in ("continuous", "forever"):
+        s.report(f"ExpDecaySum '{a.into}' uses a {a.window.kind} window",
+                 "give it a continuous window: Continuous('7d') or Continuous('forever')")  # fmt: skip
+    s.need((a.of,), f"ExpDecaySum '{a.into}' column")
+    of = s.types[a.of]
+    if not isinstance(base(strip_optional(of)), spec.IntType | spec.FloatType | spec.DecimalType):
+        s.report(f"ExpDecaySum '{a.into}' of {a.of!r} needs an int, float or decimal, got "
+                 f"{render(of)}", f"aggregate a numeric column, or cast {a.of!r} with assign")  # fmt: skip
+    return spec.FloatType()
 
 
 def _infer_first_latest(node: spec.FirstNode | spec.LatestNode, s: Stream) -> Schema:

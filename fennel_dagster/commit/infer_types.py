@@ -118,6 +118,18 @@ def show(e: spec.Expr) -> str:
     match e:
         case spec.Col(name=n):
             return f"col({json.dumps(n)})"
+        case spec.Var(name=n):
+            return f"var({json.dumps(n)})"
+        case spec.Call(fn="now", args=()):
+            return "now()"
+        case spec.Call(fn="repeat", args=(value, by)):
+            return f"repeat({show(value)}, {show(by)})"
+        case spec.Call(fn="zip", args=args, dtype=d):
+            pairs = zip(args[::2], args[1::2], strict=True)
+            named = ", ".join(
+                f"{n.value if isinstance(n, spec.Lit) else n}={show(v)}" for n, v in pairs
+            )
+            return f"{render(d) if d is not None else 'struct'}.zip({named})"
         case spec.Lit(value=v, dtype=d):
             text = json.dumps(v) if isinstance(v, str) else repr(v)
             return f"lit({text}, {render(d)})" if d is not None else text
@@ -142,8 +154,14 @@ def type_of(e: spec.Expr, schema: Mapping[str, spec.DType]) -> spec.DType:
     match e:
         case spec.Col(name=n):
             if n not in schema:
-                raise UnknownColumn(f"column {n!r} does not exist (columns: {', '.join(schema)})")
+                names = ", ".join(c for c in schema if not c.startswith(spec.var_key("")))
+                raise UnknownColumn(f"column {n!r} does not exist (columns: {names})")
             return schema[n]
+        case spec.Var(name=n):
+            if spec.var_key(n) not in schema:
+                raise TypeErrorInExpr(f"{show(e)} is not bound here",
+                                      f'use var({json.dumps(n)}) inside col(...).list.map({json.dumps(n)}, ...) or .list.filter({json.dumps(n)}, ...)')  # fmt: skip
+            return schema[spec.var_key(n)]
         case spec.Lit(value=v, dtype=d):
             if d is not None:
                 return d
@@ -158,11 +176,74 @@ def type_of(e: spec.Expr, schema: Mapping[str, spec.DType]) -> spec.DType:
             return literal[type(v)]
         case spec.When():
             return _when_type(e, schema)
+        case spec.Call(fn="now"):
+            return spec.TimestampType()
+        case spec.Call(fn="repeat"):
+            return _repeat_type(e, [type_of(a, schema) for a in e.args])
+        case spec.Call(fn="list.map" | "list.filter"):
+            return _lambda_type(e, schema)
+        case spec.Call(fn="zip"):
+            return _zip_type(e, schema)
         case spec.Call():
             ts = [type_of(a, schema) for a in e.args]
             _check_operands(e, ts)
             return _call_type(e, ts)
     raise TypeErrorInExpr(f"not an expression: {e!r}")
+
+
+def _repeat_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
+    """``repeat(value, by)``: a list of ``by`` copies of ``value`` (null if ``by`` is)."""
+    if not (_is_null(e.args[1]) or _INT(ts[1])):
+        raise TypeErrorInExpr(f"{show(e)} repeats a value {render(ts[1])} times",
+                              "give the count as an int, e.g. repeat(col(\"x\"), 3)")  # fmt: skip
+    return _wrap(spec.ListType(ts[0]), ts[1])
+
+
+def _zip_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:
+    """``MyStruct.zip(a=..., b=...)``: a list of ``MyStruct`` from lists of its fields' types
+    (a field not given must be Optional); null if any list is."""
+    st = e.dtype
+    if not isinstance(st, spec.StructType):
+        raise TypeErrorInExpr(f"{show(e)} has no struct type", "call .zip on a @struct class")
+    given: dict[str, spec.DType] = {}
+    for n, v in zip(e.args[::2], e.args[1::2], strict=True):
+        name = n.value if isinstance(n, spec.Lit) else None
+        t = type_of(v, schema)
+        field = next((f for f in st.fields if f.name == name), None)
+        core = _core(t)
+        if field is None or not isinstance(core, spec.ListType):
+            raise TypeErrorInExpr(f"{show(e)} gives {name}={render(t)}, not a list of a {st.name} field",
+                                  f"give each field of {st.name} a list of its type")  # fmt: skip
+        if not (_like(core.of, field.dtype) and (isinstance(field.dtype, spec.OptionalType)
+                                                 or not isinstance(core.of, spec.OptionalType))):  # fmt: skip
+            raise TypeErrorInExpr(f"{show(e)} fills {st.name}.{name} ({render(field.dtype)}) from a {render(t)}",
+                                  f"give {name} a list of {render(field.dtype)}")  # fmt: skip
+        given[str(name)] = t
+    missing = [f.name for f in st.fields if f.name not in given and not isinstance(f.dtype, spec.OptionalType)]  # fmt: skip
+    if missing:
+        raise TypeErrorInExpr(f"{show(e)} leaves out {', '.join(missing)}",
+                              f"give every non-Optional field of {st.name} a list")  # fmt: skip
+    return _wrap(spec.ListType(st), *given.values())
+
+
+def _lambda_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:
+    """``list.map(var, body)`` / ``list.filter(var, predicate)``: the body typed with the
+    variable bound to the list's item type."""
+    lt = type_of(e.args[0], schema)
+    core = _core(lt)
+    if not isinstance(core, spec.ListType):
+        raise TypeErrorInExpr(f"{show(e)} needs a list, got {render(lt)}",
+                              "apply it to a list column, or cast first with .astype(...)")  # fmt: skip
+    name = e.args[1].value if isinstance(e.args[1], spec.Lit) else None
+    if not isinstance(name, str):
+        raise TypeErrorInExpr(f"{show(e)} names no variable", 'name it, e.g. .list.map("x", var("x") * 2)')  # fmt: skip
+    body = type_of(e.args[2], {**schema, spec.var_key(name): core.of})
+    if e.fn == "list.map":
+        return _wrap(spec.ListType(body), lt)
+    if not (_is_null(e.args[2]) or isinstance(_core(body), spec.BoolType)):
+        raise TypeErrorInExpr(f"{show(e)} filters by {render(body)}, not bool",
+                              f'make the predicate a condition, e.g. var({json.dumps(name)}) > 0')  # fmt: skip
+    return _wrap(spec.ListType(core.of), lt)
 
 
 def _when_type(e: spec.When, schema: Mapping[str, spec.DType]) -> spec.DType:
@@ -188,6 +269,7 @@ def _when_type(e: spec.When, schema: Mapping[str, spec.DType]) -> spec.DType:
 
 
 _STR, _INT, _BOOL, _TS = _is(spec.StringType), _is(spec.IntType), _is(spec.BoolType), _is(spec.TimestampType)  # fmt: skip
+_FLOAT = _is(spec.FloatType)
 # what a namespace's functions are applied to, the exceptions first
 _RECEIVER: dict[str, tuple[Callable[[spec.DType], bool], str]] = {
     "str.json_extract": (lambda t: True, ""),
@@ -225,6 +307,11 @@ def _check_operands(e: spec.Call, ts: list[spec.DType]) -> None:
                 return
             fail(f"does arithmetic on {render(a)} and {render(ts[1])}",
                  "arithmetic needs numbers: cast with .astype(int) or .astype(float) (join text with .str.concat())")  # fmt: skip
+        exponent = e.args[1]
+        if (fn == "pow" and _INT(a) and _INT(ts[1]) and isinstance(exponent, spec.Lit)
+                and isinstance(exponent.value, int) and exponent.value < 0):  # fmt: skip
+            fail("raises an int to a negative int power",
+                 "make the base or the exponent a float, e.g. lit(2.0) or .astype(float)")  # fmt: skip
     elif fn in _COMPARE:
         if not (null[0] or null[1] or _like(a, ts[1])):
             fail(
@@ -254,11 +341,14 @@ def _check_container(
     """What a list's items or a struct's fields must be for ``list.*``/``struct.get``."""
     core = _core(ts[0])
     if isinstance(core, spec.ListType):
-        if e.fn in ("list.sum", "list.mean") and not _numeric(core.of):
+        if e.fn in ("list.sum", "list.mean", "list.min", "list.max") and not _numeric(core.of):
             fail(
                 f"needs a list of numbers, got {render(ts[0])}",
-                "sum and average numeric lists only",
+                "sum, average, min and max numeric lists only (cast the items first with .list.map)",
             )
+        if e.fn in ("list.all", "list.any") and not _BOOL(core.of):
+            fail(f"needs a list of bools, got {render(ts[0])}",
+                 'turn the items into conditions first, e.g. .list.map("x", var("x") > 0)')  # fmt: skip
         if e.fn == "list.contains" and not (_is_null(e.args[1]) or _like(core.of, ts[1])):
             fail(f"looks for a {render(ts[1])} in a {render(ts[0])}", "look for a value of the item type")  # fmt: skip
     if isinstance(core, spec.StructType) and e.fn == "struct.get":
@@ -273,7 +363,7 @@ def _call_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
     fn, a, dtype = e.fn, ts[0], e.dtype
     core = _core(a)
     if fn in _ARITH:
-        return _arith_type(fn, ts)
+        return _arith_type(fn, ts, e.args[1])
     if fn in _COMPARE or fn in ("and", "or"):
         return _wrap(spec.BoolType(), *ts)
     if fn == "not":
@@ -301,33 +391,46 @@ def _call_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
         "dt.strftime": spec.StringType, "num.ceil": spec.IntType, "num.floor": spec.IntType,
         "num.from_epoch": spec.TimestampType,
         "num.sqrt": spec.FloatType, "num.log": spec.FloatType, "num.to_string": spec.StringType,
+        "num.sin": spec.FloatType, "num.cos": spec.FloatType, "num.tan": spec.FloatType,
+        "num.arcsin": spec.FloatType, "num.arccos": spec.FloatType, "num.arctan": spec.FloatType,
         "list.len": spec.IntType, "list.contains": spec.BoolType, "list.hasnull": spec.BoolType,
         "list.mean": lambda: spec.OptionalType(spec.FloatType()),
     }  # fmt: skip
     if fn in simple:
         return _wrap(simple[fn](), *ts)
-    if fn in ("num.abs", "num.round"):
+    if fn == "num.abs":
         return a
+    if fn == "num.round":  # round() gives an int, round(n) with n > 0 decimals a float
+        decimals = e.args[1].value if len(e.args) > 1 and isinstance(e.args[1], spec.Lit) else 0
+        return _wrap(spec.IntType() if not decimals else spec.FloatType(), a)
+    if fn == "str.parse":
+        if dtype is None:
+            raise TypeErrorInExpr(f"{show(e)} has no target type", "pass one, e.g. .str.parse(int)")
+        return _wrap(dtype, a)
+    if fn in ("list.all", "list.any") and isinstance(core, spec.ListType):
+        return _wrap(spec.BoolType(), a, core.of)
     if fn in ("list.at", "list.min", "list.max") and isinstance(core, spec.ListType):
         return optional(core.of)
     if fn == "list.sum" and isinstance(core, spec.ListType):
         return _wrap(core.of, a)
     if fn == "struct.get" and isinstance(core, spec.StructType):
         name = e.args[1].value if isinstance(e.args[1], spec.Lit) else None
-        return optional(next(f.dtype for f in core.fields if f.name == name))
+        return _wrap(next(f.dtype for f in core.fields if f.name == name), a)
     if fn == "str.json_extract":
         return spec.OptionalType(spec.StringType())
     raise TypeErrorInExpr(f"function {fn} cannot be applied to {', '.join(render(t) for t in ts)}")
 
 
-def _arith_type(fn: str, ts: list[spec.DType]) -> spec.DType:
+def _arith_type(fn: str, ts: list[spec.DType], divisor: spec.Expr) -> spec.DType:
     if not (_numeric(ts[0]) and _numeric(ts[1])):
         if fn == "sub" and all(isinstance(_core(t), spec.TimestampType) for t in ts):
             return _wrap(spec.IntType(), *ts)
         raise TypeErrorInExpr(f"{fn} needs numbers, got {render(ts[0])} and {render(ts[1])}")
     floats = any(isinstance(_core(t), spec.FloatType) for t in ts)
     result: spec.DType = spec.FloatType() if floats or fn == "truediv" else spec.IntType()
-    if fn in ("truediv", "floordiv", "mod"):
+    constant = divisor.value if isinstance(divisor, spec.Lit) else None
+    nonzero = isinstance(constant, int | float) and constant != 0  # never divides by zero
+    if fn in ("truediv", "floordiv", "mod") and not nonzero:
         return optional(result)  # division by zero gives null
     return _wrap(result, *ts)
 
@@ -365,7 +468,10 @@ def agg_type(agg: spec.AggSpec, schema: Mapping[str, spec.DType]) -> spec.DType:
         case "quantile":
             assert of is not None
             if not _numeric(of):
-                raise TypeErrorInExpr(f"Quantile of {agg.of!r} needs a number, got {render(of)}")
+                raise TypeErrorInExpr(
+                    f"Cannot get quantile of field {agg.of} of type {render(of)}: Quantile "
+                    "needs a number"
+                )
             return (
                 spec.FloatType() if agg.default is not None else spec.OptionalType(spec.FloatType())
             )

@@ -82,12 +82,15 @@ def problems(p: spec.PipelineSpec) -> list[Problem]:
                 "rows, so every keyed operator of a pipeline must use the same keys"),
                 "write the first grouping to a dataset of its own and group it again in a "
                 "second pipeline"))  # fmt: skip
+    read = {parent for n in p.nodes for parent in parents(n)}
     seen_cut = False
     for n in p.nodes:
         if n.id == cut:
             seen_cut = True
             continue
-        if not seen_cut and n.id not in before:
+        # an input no operator streams from (a join's right side: it is looked up) runs nowhere
+        unread_input = isinstance(n, spec.InputNode) and n.id not in read
+        if not seen_cut and n.id not in before and not unread_input:
             out.append(Problem(n.id, (
                 f"runs beside the input of the keyed operator {first.id} ({cut}); the engine "
                 "repartitions at that operator, so every node before it must feed it"),

@@ -49,9 +49,8 @@ def source_xor_pipeline(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Vi
         if ds.sources and ds.pipelines:
             yield Violation(ds.name, "", "has both a @source and a @pipeline",
                                   "a dataset gets rows from sources or from pipelines, not both: split it in two")  # fmt: skip
-        if not ds.sources and not ds.pipelines and not ds.meta.deleted:
-            yield Violation(ds.name, "", "has neither a @source nor a @pipeline",
-                                  "attach a @source (e.g. a Webhook endpoint) or declare a @pipeline")  # fmt: skip
+        # neither is allowed, as in Fennel: the dataset stays empty until a test logs to it
+        # (``fennel_dagster.mock.log``) or a later commit gives it a source or a pipeline
 
 
 def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
@@ -183,12 +182,14 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
             for i in ex.inputs:
                 owner, short = i.split(".", 1)
                 other = g.featuresets.get(owner)
-                if other is None or short not in {f.name for f in other.features}:
+                # as in Fennel, a featureset outside the commit may provide inputs: queries
+                # give them (``inputs=[Request.uid]``); a known featureset must declare it
+                if other is not None and short not in {f.name for f in other.features}:
                     yield Violation(
                         entity,
                         i,
-                        f"input feature {i} does not exist",
-                        "declare it, or add its featureset to the commit",
+                        f"input feature {i} is not a feature of {owner}",
+                        f"declare `{short}` in {owner}, or name one of its features",
                     )
             for d in ex.deps:
                 if d not in g.datasets:

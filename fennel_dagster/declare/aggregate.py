@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fennel_dagster.declare.errors import DeclarationError
-from fennel_dagster.declare.window import Window
+from fennel_dagster.declare.window import Window, duration
 from fennel_dagster.wire import spec
 
 
@@ -152,5 +152,41 @@ class Quantile(Aggregation):
         into_field: str = "",
     ) -> None:
         if not 0.0 <= p <= 1.0:
-            raise DeclarationError(f"Quantile(of={of!r}, p={p}): p must be within [0, 1]")
+            raise DeclarationError(  # Fennel's wording first
+                f"Expect p value between 0 and 1, found {p}: Quantile(of={of!r}) takes p "
+                "within [0, 1], e.g. p=0.5 for the median"
+            )
         super().__init__(of, window, into_field, p=float(p), default=default, approx=approx)
+
+
+class ExpDecaySum(Aggregation):
+    """Fennel's ``ExpDecaySum(of, window, half_life)``: the sum over a continuous window of
+    each value times ``0.5 ** (age / half_life)``, its age taken at the time the dataset is
+    read (so the value changes with the lookup time). A float; 0.0 over no rows. Like every
+    continuous-window aggregate, it makes its dataset terminal."""
+
+    kind = "exp_decay"
+
+    def __init__(
+        self,
+        of: str,
+        window: Window | None = None,
+        half_life: str | int = "",
+        into_field: str = "",
+    ) -> None:
+        where = f"ExpDecaySum(of={of!r}, half_life={half_life!r})"
+        if half_life == "" or half_life is None:
+            raise DeclarationError(f"{where}: give half_life=, a duration such as '1d'")
+        seconds = duration(half_life, f"{where} half_life")
+        if seconds <= 0:
+            raise DeclarationError(f"{where}: half_life must be longer than 0, e.g. '1d'")
+        super().__init__(of, window, into_field, half_life=seconds)
+
+    def to_ir(self, into: str, where: str) -> spec.AggSpec:
+        out = super().to_ir(into, where)
+        if out.window.kind not in ("continuous", "forever"):
+            raise DeclarationError(
+                f"{where}: ExpDecaySum for '{into}' takes a continuous window, not "
+                f"{out.window.kind}: use window=Continuous('7d') or Continuous('forever')"
+            )
+        return out

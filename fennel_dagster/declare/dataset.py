@@ -34,6 +34,7 @@ class Field:
     name: str = ""
     dataset: str = ""
     dtype: Any = None
+    erase_key: bool = False
 
     def __str__(self) -> str:
         return self.name
@@ -53,8 +54,12 @@ class Field:
         return dataclasses.replace(self, description=description or self.description)
 
 
-def field(key: bool = False, timestamp: bool = False, description: str = "") -> Any:
-    return Field(key=key, timestamp=timestamp, description=description)
+def field(
+    key: bool = False, timestamp: bool = False, description: str = "", erase_key: bool = False
+) -> Any:
+    """A dataset field's role; ``erase_key=True`` (on a key field) makes it a key that
+    ``client.erase`` requests name, to hard-erase a key's rows (Fennel's)."""
+    return Field(key=key, timestamp=timestamp, description=description, erase_key=erase_key)
 
 
 def inputs(*items: Any) -> Callable[[T], T]:
@@ -108,10 +113,15 @@ def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
         found = decls[n]
         d = found if isinstance(found, Field) else Field()
         dtype = to_dtype(hints[n], f"{name}.{n}")
+        if d.erase_key and not d.key:
+            raise DeclarationError(
+                f"{name}.{n} has erase_key=True but is not a key field: only keys are erased "
+                f"by; declare it as `{n}: {_plain(hints[n])} = field(key=True, erase_key=True)`"
+            )
         if d.key and isinstance(dtype, spec.OptionalType):
             raise DeclarationError(
-                f"{name}.{n} is a key but Optional: keys cannot be null; declare it as "
-                f"`{n}: {_plain(hints[n])} = field(key=True)`"
+                f"Key {n} in dataset {name} cannot be Optional: keys cannot be null; declare "
+                f"it as `{n}: {_plain(hints[n])} = field(key=True)`"
             )
         fields.append(
             spec.FieldSpec(n, dtype, key=d.key, timestamp=d.timestamp, description=d.description)
@@ -127,11 +137,16 @@ def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
             raise DeclarationError(f"{name}.{f.name} has timestamp=True but is not a datetime")
     if not stamps:
         times = [f for f in fields if isinstance(f.dtype, spec.TimestampType) and not f.key]
-        if len(times) != 1:
-            found = ", ".join(f.name for f in times) or "none"
+        if len(times) != 1:  # Fennel's wording first: its users match on it
+            found = ", ".join(f.name for f in times)
+            problem = (
+                "Multiple timestamp fields are not supported"
+                if times
+                else "No timestamp field found"
+            )
             raise DeclarationError(
-                f"dataset {name} needs exactly one event-time field: found datetime fields "
-                f"({found}); mark one with field(timestamp=True)"
+                f"{problem} in dataset {name}: it needs exactly one event-time field, found "
+                f"datetime fields ({found or 'none'}); mark one with field(timestamp=True)"
             )
         idx = fields.index(times[0])
         fields[idx] = spec.FieldSpec(times[0].name, times[0].dtype, timestamp=True,
@@ -203,11 +218,21 @@ def dataset(
         if version < 1:
             raise DeclarationError(f"dataset {name}: version must be >= 1, got {version}")
         fields = _dataset_fields(c, name)
+        if index and not any(f.key for f in fields):
+            raise DeclarationError(
+                f"dataset {name} has index=True but no key field: an index answers lookups "
+                "by key; mark the key with field(key=True), or drop index=True"
+            )
+        erase_keys = tuple(
+            n for n in c.__dict__.get("__annotations__", {})
+            if isinstance(d := c.__dict__.get(n), Field) and d.erase_key
+        )  # fmt: skip
         ns: dict[str, Any] = {
             k: v for k, v in c.__dict__.items() if k not in ("__dict__", "__weakref__")
         }
         for f in fields:
-            ns[f.name] = Field(f.key, f.timestamp, f.description, f.name, name, f.dtype)
+            ns[f.name] = Field(f.key, f.timestamp, f.description, f.name, name, f.dtype,
+                               f.name in erase_keys)  # fmt: skip
         ns["__fennel_dataset_name__"] = name
         new = type(name, (Dataset,), ns)
         pipes = tuple(
@@ -228,7 +253,7 @@ def dataset(
             name=name, version=version, fields=fields, meta=meta_of(c, inspect.getdoc(c) or ""),
             index=index, online=online, offline=offline, history=duration(history, f"{name} history"),
             sources=tuple(getattr(c, "__fennel_sources__", ())), pipelines=pipes,
-            expectations=expectations, terminal=_is_terminal(pipes),
+            expectations=expectations, terminal=_is_terminal(pipes), erase_keys=erase_keys,
         )  # fmt: skip
         registry.register(new._spec)  # type: ignore[attr-defined]
         inputs = {

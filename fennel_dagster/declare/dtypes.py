@@ -61,7 +61,22 @@ def struct(cls: type) -> type:
     cls.__fennel_struct__ = True  # type: ignore[attr-defined]
     out: type = dataclasses.dataclass(cls)
     _STRUCTS[cls.__name__] = out
+    out.zip = classmethod(_zip)  # type: ignore[attr-defined]  # Fennel's MyStruct.zip(a=..., b=...)
     return out
+
+
+def _zip(cls: type, **fields: Any) -> Any:
+    from fennel_dagster.declare.expr import struct_zip  # expr imports this module
+
+    return struct_zip(cls, **fields)
+
+
+@struct
+class Window:
+    """Fennel's window dtype: the events in ``[begin, end)``, the type of a window column."""
+
+    begin: dt.datetime
+    end: dt.datetime
 
 
 _SIMPLE: dict[Any, spec.DType] = {

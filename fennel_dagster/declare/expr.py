@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import math
 import zoneinfo
 from collections.abc import Mapping
 from typing import Any
@@ -43,8 +44,14 @@ class Expr:
         return bool(self.typeof(schema) == dtype)
 
     def eval(self, df: pd.DataFrame, schema: Mapping[str, Any] | None = None) -> pd.Series:
-        """The expression over ``df``'s rows, cast to its type, as pipelines compute it."""
-        return semantics.installed().eval(self, df, schema or {})
+        """The expression over ``df``'s rows, cast to its type, as pipelines compute it;
+        ``schema`` gives the types of the columns of ``df`` (Fennel requires it too)."""
+        if schema is None:
+            raise DeclarationError(
+                "Expr.eval(df, schema) needs the schema: the types of df's columns, e.g. "
+                'expr.eval(df, schema={"amount": int})'
+            )
+        return semantics.installed().eval(self, df, schema)
 
     def __init__(self, node: spec.Expr) -> None:
         self.node = node
@@ -155,7 +162,7 @@ class Expr:
         return self._call("num.abs")
 
     def round(self, precision: int = 0) -> Expr:
-        return self._call("num.round", precision)
+        return self._call("num.round", _precision(precision))
 
     def floor(self) -> Expr:
         return self._call("num.floor")
@@ -173,6 +180,32 @@ class Expr:
 
     def __repr__(self) -> builtins.str:  # `str` here is the .str namespace above
         return f"Expr({self.node!r})"
+
+
+def _precision(precision: Any) -> int:
+    if isinstance(precision, bool) or not isinstance(precision, int) or precision < 0:
+        raise InvalidExprException(
+            f"round(precision={precision!r}): the number of decimals must be an int >= 0, "
+            "e.g. round(2); round() (0 decimals) gives an int"
+        )
+    return precision
+
+
+def _var_name(name: Any, where: str) -> builtins.str:
+    if not isinstance(name, builtins.str) or not name.isidentifier():
+        raise InvalidExprException(
+            f'{where}: the variable must be a name such as "x", got {name!r} '
+            '(write e.g. col("l").list.map("x", var("x") * 2))'
+        )
+    return name
+
+
+def _expr_arg(value: Any, where: str) -> spec.Expr:
+    if callable(value) and not isinstance(value, Expr):
+        raise InvalidExprException(
+            f'{where}: pass an expression such as var("x") > 0, not a Python function'
+        )
+    return _ir(value)
 
 
 class _Ns:
@@ -220,6 +253,11 @@ class _StrNs(_Ns):
 
     def json_extract(self, path: str) -> Expr:
         return self._c("json_extract", path)
+
+    def parse(self, dtype: Any) -> Expr:
+        """The JSON text as a value of ``dtype`` (``int``, ``List[int]``, a struct, ...);
+        text that is not JSON of that type is an error."""
+        return self._c("parse", dtype=to_dtype(dtype, "str.parse()"))
 
 
 class _DtNs(_Ns):
@@ -274,10 +312,10 @@ class _DtNs(_Ns):
         return self._part("day_of_week")
 
     def since(self, other: Any, unit: str = "second") -> Expr:
-        return self._c("since", other, unit)
+        return self._c("since", other, _time_unit(unit, "dt.since"))
 
     def since_epoch(self, unit: str = "second") -> Expr:
-        return self._c("since_epoch", unit)
+        return self._c("since_epoch", _time_unit(unit, "dt.since_epoch"))
 
     def strftime(self, fmt: str) -> Expr:
         return self._c("strftime", fmt, *self._zoned())
@@ -296,13 +334,39 @@ class _NumNs(_Ns):
         return self._c("floor")
 
     def round(self, precision: int = 0) -> Expr:
-        return self._c("round", precision)
+        return self._c("round", _precision(precision))
 
     def sqrt(self) -> Expr:
         return self._c("sqrt")
 
-    def log(self) -> Expr:
-        return self._c("log")
+    def pow(self, exponent: Any) -> Expr:
+        return self._e._call("pow", exponent)
+
+    def log(self, base: float = math.e) -> Expr:
+        if isinstance(base, bool) or not isinstance(base, int | float) or not base > 0 or base == 1:
+            raise InvalidExprException(
+                f"num.log(base={base!r}): the base must be a positive number other than 1, "
+                "e.g. log(base=10.0); log() is the natural logarithm"
+            )
+        return self._c("log") if base == math.e else self._c("log", float(base))
+
+    def sin(self) -> Expr:
+        return self._c("sin")
+
+    def cos(self) -> Expr:
+        return self._c("cos")
+
+    def tan(self) -> Expr:
+        return self._c("tan")
+
+    def arcsin(self) -> Expr:
+        return self._c("arcsin")
+
+    def arccos(self) -> Expr:
+        return self._c("arccos")
+
+    def arctan(self) -> Expr:
+        return self._c("arctan")
 
     def to_string(self) -> Expr:
         return self._c("to_string")
@@ -335,6 +399,22 @@ class _ListNs(_Ns):
     def hasnull(self) -> Expr:
         return self._c("hasnull")
 
+    def all(self) -> Expr:
+        return self._c("all")
+
+    def any(self) -> Expr:
+        return self._c("any")
+
+    def filter(self, var: builtins.str, predicate: Any) -> Expr:
+        """The items for which ``predicate`` (over ``var(var)``, the item) is true."""
+        name = _var_name(var, "list.filter")
+        return self._c("filter", name, Expr(_expr_arg(predicate, "list.filter")))
+
+    def map(self, var: builtins.str, expr: Any) -> Expr:
+        """``expr`` (over ``var(var)``, the item) of each item."""
+        name = _var_name(var, "list.map")
+        return self._c("map", name, Expr(_expr_arg(expr, "list.map")))
+
 
 class _StructNs(_Ns):
     prefix = "struct"
@@ -344,6 +424,71 @@ class _StructNs(_Ns):
 
 
 _EPOCH_UNITS = ("second", "millisecond", "microsecond")
+_TIME_UNITS = ("week", "day", "hour", "minute", "second", "millisecond", "microsecond")
+
+
+def _time_unit(unit: Any, where: str) -> builtins.str:
+    if unit not in _TIME_UNITS:
+        raise InvalidExprException(
+            f"{where}: unit must be one of {', '.join(_TIME_UNITS)}, got {unit!r}"
+        )
+    return builtins.str(unit)
+
+
+def var(name: builtins.str) -> Expr:
+    """The item variable inside ``list.map``/``list.filter``: ``var("x") * 2``."""
+    return Expr(spec.Var(_var_name(name, "var()")))
+
+
+def struct_zip(struct_type: type, **fields: Any) -> Expr:
+    """``MyStruct.zip(a=col("x"), b=col("y"))``: lists zipped item by item into a list of
+    ``MyStruct`` (as long as the shortest list); a field left out is null."""
+    dtype = to_dtype(struct_type, f"{getattr(struct_type, '__name__', struct_type)}.zip()")
+    if not isinstance(dtype, spec.StructType):
+        raise InvalidExprException(f"zip needs a @struct class, got {struct_type!r}")
+    known = {f.name for f in dtype.fields}
+    unknown = sorted(set(fields) - known)
+    if unknown or not fields:
+        raise InvalidExprException(
+            f"{dtype.name}.zip({', '.join(fields)}): "
+            + (f"{dtype.name} has no field {', '.join(unknown)}" if unknown else "no lists given")
+            + f"; pass a list expression per field ({', '.join(sorted(known))})"
+        )
+    args: list[spec.Expr] = []
+    for name, value in fields.items():
+        args += [spec.Lit(name), _expr_arg(value, f"{dtype.name}.zip({name}=...)")]
+    return Expr(spec.Call("zip", tuple(args), dtype))
+
+
+def now() -> Expr:
+    """The current time (a datetime), read when the expression is evaluated."""
+    return Expr(spec.Call("now", ()))
+
+
+def repeat(value: Any, by: Any) -> Expr:
+    """A list holding ``value`` ``by`` times: ``repeat(col("x"), col("n"))``."""
+    return Expr(spec.Call("repeat", (_ir(value), _ir(by))))
+
+
+def datetime(  # noqa: PLR0913 - Fennel's signature
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    microsecond: int = 0,
+    timezone: builtins.str | None = "UTC",
+) -> Expr:
+    """A datetime literal on ``timezone``'s wall clock: ``datetime(2024, 1, 1)``."""
+    try:
+        tz = zoneinfo.ZoneInfo(timezone or "UTC")
+        moment = dt.datetime(year, month, day, hour, minute, second, microsecond, tzinfo=tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as e:
+        raise InvalidExprException(
+            f"datetime({year!r}, {month!r}, {day!r}, ..., timezone={timezone!r}): {e}"
+        ) from e
+    return lit(moment)
 
 
 def from_epoch(value: Any, unit: str = "second") -> Expr:

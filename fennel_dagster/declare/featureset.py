@@ -86,24 +86,29 @@ class Featureset:
         return featureset_spec(cls)
 
 
-def _feature_name(item: Any, fs: str, where: str) -> str:
+def _feature_name(item: Any, fs: str, where: str, own: dict[int, str] | None = None) -> str:
     if isinstance(item, Feature):
+        if not item.name and own and id(item) in own:  # `@inputs(age)` in the class body
+            return f"{fs}.{own[id(item)]}"
         return item.fqn()
     if isinstance(item, str):
         return item if "." in item else f"{fs}.{item}"
     raise DeclarationError(f"{where}: name features as strings or Featureset.feature, got {item!r}")
 
 
-def _extractor(fs: str, attr: str, fn: Any, features: dict[str, Feature]) -> spec.ExtractorSpec:
+def _extractor(
+    fs: str, attr: str, fn: Any, features: dict[str, Feature], own: dict[int, str]
+) -> spec.ExtractorSpec:
+    """``own``: the class body's feature objects by id, which ``@inputs(age)`` and
+    ``@outputs(age)`` name before ``@featureset`` has named them."""
     where = f"extractor {fs}.{attr}"
     cfg = fn.__fennel_extractor__
-    ins = tuple(_feature_name(i, fs, where) for i in getattr(fn, "__fennel_inputs__", ()))
-    outs_raw = getattr(fn, "__fennel_outputs__", None)
-    if not outs_raw:
-        raise DeclarationError(f"{where} has no @outputs: name the features it computes")
+    ins = tuple(_feature_name(i, fs, where, own) for i in getattr(fn, "__fennel_inputs__", ()))
+    # as in Fennel, an extractor without @outputs computes every feature of its featureset
+    outs_raw = getattr(fn, "__fennel_outputs__", None) or tuple(features)
     outs = []
     for o in outs_raw:
-        full = _feature_name(o, fs, where)
+        full = _feature_name(o, fs, where, own)
         owner, short = full.split(".", 1)
         if owner != fs or short not in features:
             raise DeclarationError(
@@ -112,7 +117,7 @@ def _extractor(fs: str, attr: str, fn: Any, features: dict[str, Feature]) -> spe
             )
         outs.append(short)
     params = list(inspect.signature(fn).parameters)
-    if len(params) != len(ins) + 2:
+    if hasattr(fn, "__fennel_inputs__") and len(params) != len(ins) + 2:
         raise DeclarationError(
             f"{where} takes {len(params)} parameters but needs cls, ts and one per input "
             f"({len(ins)}): write `def {attr}(cls, ts, {', '.join(i.split('.')[1] for i in ins)})`"
@@ -200,6 +205,7 @@ def featureset(cls: type) -> type:
         if hasattr(getattr(v, "__func__", v), "__fennel_extractor__"):
             ns[k] = getattr(v, "__func__", v)
     features: dict[str, Feature] = {}
+    declared = {id(v): n for n in own if isinstance(v := cls.__dict__.get(n), Feature)}
     for n in own:
         decl = cls.__dict__.get(n)
         f = dataclasses.replace(decl) if isinstance(decl, Feature) else Feature()
@@ -213,7 +219,7 @@ def featureset(cls: type) -> type:
         for n, f in features.items()
     )
     extractors = [
-        _extractor(name, attr, v.__func__, features)
+        _extractor(name, attr, v.__func__, features, declared)
         for attr, v in sorted(cls.__dict__.items())
         if hasattr(getattr(v, "__func__", v), "__fennel_extractor__")
     ]

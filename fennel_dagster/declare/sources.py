@@ -6,6 +6,7 @@ connection is known by its ``name``, which the deployment maps to real credentia
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -14,11 +15,12 @@ from typing import Any, TypeVar
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.declare.expr import Expr, col
 from fennel_dagster.declare.window import duration
+from fennel_dagster.integrations.aws import Secret
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import capture
 
 T = TypeVar("T")
-_SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "sasl")
+_SECRET_WORDS = ("password", "secret", "access_key", "key_id", "token", "sasl", "service_account")
 _CDC = ("append", "upsert", "debezium", "native")
 
 
@@ -27,7 +29,9 @@ def _pairs(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
         sorted(
             (k, v)
             for k, v in config.items()
-            if v is not None and not any(w in k.lower() for w in _SECRET_WORDS)
+            if v is not None
+            and not isinstance(v, Secret | Certificate)
+            and not any(w in k.lower() for w in _SECRET_WORDS)
         )
     )
 
@@ -56,8 +60,8 @@ class Kafka(_Connection):
     def __init__(self, name: str, bootstrap_servers: str = "", **options: Any) -> None:
         self.name, self.bootstrap_servers, self.options = name, bootstrap_servers, options
 
-    def topic(self, topic: str, format: str | Avro = "json") -> Connector:  # noqa: A002
-        fmt = format.to_config() if isinstance(format, Avro) else {"format": format}
+    def topic(self, topic: str, format: str | Avro | Protobuf = "json") -> Connector:  # noqa: A002
+        fmt = format.to_config() if isinstance(format, Avro | Protobuf) else {"format": format}
         cfg = {"topic": topic, **fmt, "bootstrap_servers": self.bootstrap_servers or None}
         return Connector("kafka", self.name, {**self.options, **cfg})
 
@@ -71,6 +75,36 @@ class Avro:
 
     def to_config(self) -> dict[str, Any]:
         return {"format": "avro", "schema_registry": self.registry, "registry_url": self.url}
+
+
+class Protobuf:
+    """Fennel's Protobuf format for a Kafka topic, with its schema registry: authenticated by
+    ``username`` and ``password`` or by ``token`` (a str or a ``Secret``), never both. The
+    credentials stay out of the IR; the engine reads JSON topics only, so a commit that reads
+    a Protobuf topic is refused (``commit.executable``)."""
+
+    def __init__(
+        self,
+        registry: str,
+        url: str,
+        username: str | Secret | None = None,
+        password: str | Secret | None = None,
+        token: str | Secret | None = None,
+    ) -> None:
+        where = f"Protobuf(registry={registry!r}, url={url!r})"
+        if username or password:
+            if token is not None:
+                raise DeclarationError(
+                    f"{where}: give username= and password=, or token=, not both"
+                )
+            if not username or not password:
+                raise DeclarationError(f"{where}: give both username= and password=")
+        elif token is None:
+            raise DeclarationError(f"{where}: give username= and password=, or token=")
+        self.registry, self.url = registry, url
+
+    def to_config(self) -> dict[str, Any]:
+        return {"format": "protobuf", "schema_registry": self.registry, "registry_url": self.url}
 
 
 class S3(_Connection):
@@ -143,6 +177,33 @@ class Redshift(_Tables):
     kind = "redshift"
 
 
+class Mongo(_External):
+    """A MongoDB database (Fennel's ``Mongo(name, host, db_name, username, password)``); rows
+    come from a collection, read incrementally by a ``cursor`` field."""
+
+    kind = "mongo"
+
+    def collection(self, collection_name: str, cursor: str) -> Connector:
+        return Connector(self.kind, self.name, {**self.options, "collection": collection_name,
+                                                "cursor": cursor})  # fmt: skip
+
+
+class PubSub(_External):
+    """A Google Pub/Sub project (Fennel's ``PubSub(name, project_id, service_account_key)``;
+    the key is a credential and stays out of the IR)."""
+
+    kind = "pubsub"
+
+    def topic(self, topic_id: str, format: str) -> Connector:  # noqa: A002
+        if format != "json":
+            raise DeclarationError(
+                f"PubSub {self.name}.topic({topic_id!r}, format={format!r}): "
+                "Pub/Sub topics are read as JSON; use format='json'"
+            )
+        return Connector(self.kind, self.name, {**self.options, "topic_id": topic_id,
+                                                "format": format})  # fmt: skip
+
+
 class Kinesis(_External):
     kind = "kinesis"
 
@@ -159,8 +220,16 @@ class Kinesis(_External):
                                                 "init_position": position, "format": format})  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """Fennel's CA certificate for an HTTP sink, ``HTTP(..., ca_cert=Certificate(...))``: the
+    PEM text or a ``Secret`` holding it (kept out of the IR, as credentials are)."""
+
+    cert: str | Secret
+
+
 class HTTP(_External):
-    """An HTTP endpoint to sink to (Fennel's)."""
+    """An HTTP endpoint to sink to (Fennel's ``HTTP(name, host, healthz, ca_cert)``)."""
 
     kind = "http"
 

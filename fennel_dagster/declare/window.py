@@ -24,15 +24,22 @@ def duration(text: str | int, where: str = "duration") -> int:
     return sum(int(n) * _UNITS[u] for n, u in parts)
 
 
+_seconds = duration  # the parser, under a name the windows' ``duration=`` keyword leaves free
+
+
+class WindowError(DeclarationError, ValueError):
+    """A window that cannot be built (a ``ValueError`` too, as Fennel raises for windows)."""
+
+
 class Window:
     def to_ir(self) -> spec.WindowSpec:
         raise NotImplementedError
 
 
 class Continuous(Window):
-    def __init__(self, length: str) -> None:
-        self.forever = str(length).strip().lower() == "forever"
-        self.length = None if self.forever else duration(length, f"Continuous({length!r})")
+    def __init__(self, duration: str) -> None:
+        self.forever = str(duration).strip().lower() == "forever"
+        self.length = None if self.forever else _seconds(duration, f"Continuous({duration!r})")
 
     def to_ir(self) -> spec.WindowSpec:
         if self.forever:
@@ -41,9 +48,14 @@ class Continuous(Window):
 
 
 class Tumbling(Window):
-    def __init__(self, duration_: str, lookback: str | int = 0) -> None:
-        self.duration = duration(duration_, f"Tumbling({duration_!r})")
-        self.lookback = duration(lookback, "Tumbling lookback") if lookback else 0
+    def __init__(self, duration: str, lookback: str | int = 0) -> None:
+        if str(duration).strip().lower() == "forever":
+            raise WindowError(
+                "'forever' is not a valid duration value for Tumbling window; use "
+                "Continuous('forever') for an unbounded window, or a length like Tumbling('1h')"
+            )
+        self.duration = _seconds(duration, f"Tumbling({duration!r})")
+        self.lookback = _seconds(lookback, "Tumbling lookback") if lookback else 0
 
     def to_ir(self) -> spec.WindowSpec:
         return spec.WindowSpec(
@@ -52,15 +64,15 @@ class Tumbling(Window):
 
 
 class Hopping(Window):
-    def __init__(self, duration_: str, stride: str, lookback: str | int = 0) -> None:
-        self.duration = duration(duration_, f"Hopping({duration_!r})")
-        self.stride = duration(stride, f"Hopping stride {stride!r}")
+    def __init__(self, duration: str, stride: str, lookback: str | int = 0) -> None:
+        self.duration = _seconds(duration, f"Hopping({duration!r})")
+        self.stride = _seconds(stride, f"Hopping stride {stride!r}")
         if self.stride > self.duration:
             raise DeclarationError(
-                f"Hopping({duration_!r}, {stride!r}): the stride is longer than the window; "
+                f"Hopping({duration!r}, {stride!r}): the stride is longer than the window; "
                 "use a stride <= duration (or Tumbling when they are equal)"
             )
-        self.lookback = duration(lookback, "Hopping lookback") if lookback else 0
+        self.lookback = _seconds(lookback, "Hopping lookback") if lookback else 0
 
     def to_ir(self) -> spec.WindowSpec:
         return spec.WindowSpec(
@@ -70,7 +82,7 @@ class Hopping(Window):
 
 class Session(Window):
     def __init__(self, gap: str) -> None:
-        self.gap = duration(gap, f"Session({gap!r})")
+        self.gap = _seconds(gap, f"Session({gap!r})")
 
     def to_ir(self) -> spec.WindowSpec:
         return spec.WindowSpec(kind="session", gap=self.gap)

@@ -36,7 +36,7 @@ from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
-from fennel_dagster.ops.rows import to_records
+from fennel_dagster.ops.rows import loads, to_records, typed_series
 from fennel_dagster.ops.schema import BadRow, check_rows
 from fennel_dagster.ops.source_rules import event_time_problem, preprocess, where_mask
 from fennel_dagster.ops.state import MemoryState, WriteBatch
@@ -51,7 +51,8 @@ class MockError(ClientError, ValueError):
 
 
 MAIN_BRANCH = "main"
-_BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_serving", "commits")
+_BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_serving", "commits",
+                 "_erased")  # fmt: skip
 
 
 class MockClient:
@@ -73,6 +74,7 @@ class MockClient:
         self._executors: dict[str, list[PipelineExecutor]] = {}
         self._serving: dict[str, plan.AggregateServing] = {}
         self.commits: list[spec.CommitSpec] = []
+        self._erased: dict[str, set[tuple[Any, ...]]] = {}  # dataset -> erased erase-key values
 
     # ------------------------------------------------------------------ branches
     # Fennel's: each branch has its own definitions and data; init and clone check the new
@@ -275,6 +277,7 @@ class MockClient:
             raise MockError(
                 f"{len(bad)} row(s) rejected by {ds.name}'s schema; first: {bad[0].reason}"
             )
+        good = self._without_erased(ds, good)
         if good.empty:
             return result
         self._store(ds, good)
@@ -297,6 +300,73 @@ class MockClient:
             wb = WriteBatch()
             index.upsert(ds, rows, wb)
             self.state.apply(wb)
+
+    # ------------------------------------------------------------------ erase
+
+    def erase(self, dataset: DatasetRef, erase_keys: pd.DataFrame) -> None:
+        """Fennel's ``erase``: hard-erase the rows of ``dataset`` whose erase-key fields
+        (``field(key=True, erase_key=True)``) hold one of the rows of ``erase_keys``. They go
+        from the dataset's rows and index now, and rows with those keys logged later are
+        dropped on arrival, so they reach neither lookups nor downstream pipelines. Rows that
+        already went downstream stay there: erase those datasets too (as in Fennel)."""
+        ds = self._dataset(dataset_name(dataset))
+        where = f"erase({ds.name})"
+        if not isinstance(erase_keys, pd.DataFrame):
+            raise MockError(f"{where}: erase_keys must be a DataFrame of erase-key columns")
+        if not ds.erase_keys:
+            raise MockError(
+                f"{where}: the dataset has no erase keys; mark its key fields with "
+                "field(key=True, erase_key=True) and commit it"
+            )
+        if ds.name in self._serving:
+            raise MockError(
+                f"{where}: the dataset is a continuous-window aggregate, whose rows are "
+                "aggregation state; erase the keys from the datasets it aggregates instead"
+            )
+        given = [str(c) for c in erase_keys.columns]
+        names = {f.name for f in ds.fields}
+        for c in given:
+            if c not in names:
+                raise MockError(f"{where}: {c!r} is not a field of {ds.name}")
+            if c not in ds.keys:
+                raise MockError(f"{where}: {c!r} is not a key field of {ds.name}")
+            if c not in ds.erase_keys:
+                raise MockError(
+                    f"{where}: {c!r} is not an erase key of {ds.name} (its erase keys: "
+                    f"{', '.join(ds.erase_keys)}); declare field(key=True, erase_key=True)"
+                )
+        if sorted(given) != sorted(ds.erase_keys):
+            missing = ", ".join(k for k in ds.erase_keys if k not in given)
+            raise MockError(f"{where}: give every erase key of {ds.name}; missing {missing}")
+        typed = erase_keys.reset_index(drop=True)
+        dtypes = {f.name: f.dtype for f in ds.fields}
+        for c in ds.erase_keys:
+            try:
+                typed[c] = typed_series(typed[c].tolist(), dtypes[c])
+            except (TypeError, ValueError) as e:
+                raise MockError(f"{where}: the values of {c!r} do not fit its type: {e}") from e
+        erased = self._erased.setdefault(ds.name, set())
+        erased.update(tuple(r[k] for k in ds.erase_keys) for r in to_records(typed))
+        parts = [self._without_erased(ds, part) for part in self._rows.get(ds.name, [])]
+        self._rows[ds.name] = [part for part in parts if not part.empty]
+        if ds.keys:
+            ns = index.namespace(ds.name)
+            wb = WriteBatch()
+            for key, value in self.state.scan(ns, b""):
+                rec = loads(value)
+                if tuple(rec.get(k) for k in ds.erase_keys) in erased:
+                    wb.delete(ns, key)
+            self.state.apply(wb)
+
+    def _without_erased(self, ds: spec.DatasetSpec, rows: pd.DataFrame) -> pd.DataFrame:
+        erased = self._erased.get(ds.name)
+        if not erased or rows.empty:
+            return rows
+        keep = [
+            tuple(r[k] for k in ds.erase_keys) not in erased
+            for r in to_records(rows, list(ds.erase_keys))
+        ]
+        return rows if all(keep) else rows[keep].reset_index(drop=True)
 
     # ------------------------------------------------------------------ read path
 

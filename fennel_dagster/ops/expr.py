@@ -7,6 +7,7 @@ and a null condition in ``when`` falls through to the next case.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
@@ -102,6 +103,50 @@ def _wall(s: Series, p: list[Any], at: int) -> Series:
     return s.dt.tz_convert(p[at])
 
 
+def _float_fn(fn: Callable[[Any], Any], s: Series) -> Series:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.Series(fn(s.astype(float)), index=s.index)
+
+
+def _round(s: Series, p: list[Any]) -> Series:
+    """``round()`` gives an int, ``round(n)`` a float with ``n`` decimals (half to even)."""
+    decimals = int(p[0]) if p else 0
+    if decimals == 0:
+        return s.astype(float).round(0).astype("Int64")
+    return s.astype(float).round(decimals)
+
+
+def _has_null(v: Any) -> bool:
+    return any(_isnull(x) for x in v)
+
+
+def _all(v: Any) -> bool | None:
+    """Three-valued: False if an item is False, else null if an item is null, else True."""
+    if any(not _isnull(x) and not x for x in v):
+        return False
+    return None if _has_null(v) else True
+
+
+def _any(v: Any) -> bool | None:
+    """Three-valued: True if an item is True, else null if an item is null, else False."""
+    if any(not _isnull(x) and bool(x) for x in v):
+        return True
+    return None if _has_null(v) else False
+
+
+def _contains(v: Any, x: Any) -> bool | None:
+    """As SQL's ``array_contains``: found is True, else null if the item or a list element
+    is null (an empty list contains nothing, not even null), else False."""
+    items = list(v)
+    if not items:
+        return False
+    if _isnull(x):
+        return None
+    if any(not _isnull(y) and y == x for y in items):
+        return True
+    return None if _has_null(items) else False
+
+
 _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "str.len": lambda s, p: s.str.len().astype("Int64"),
     "str.lower": lambda s, p: s.str.lower(),
@@ -126,28 +171,39 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "num.from_epoch": lambda s, p: pd.to_datetime(s.astype("Int64") * round(_UNIT[p[0]] * 1_000_000), unit="us", utc=True),
     "num.ceil": lambda s, p: np.ceil(s).astype("Int64"),
     "num.floor": lambda s, p: np.floor(s).astype("Int64"),
-    "num.round": lambda s, p: s.round(int(p[0]) if p else 0),
-    "num.sqrt": lambda s, p: np.sqrt(s.astype(float)),
-    "num.log": lambda s, p: np.log(s.astype(float)),
+    "num.round": _round,
+    "num.sqrt": lambda s, p: _float_fn(np.sqrt, s),
+    "num.log": lambda s, p: _float_fn(np.log, s) / (math.log(p[0]) if p else 1.0),
+    "num.sin": lambda s, p: _float_fn(np.sin, s),
+    "num.cos": lambda s, p: _float_fn(np.cos, s),
+    "num.tan": lambda s, p: _float_fn(np.tan, s),
+    "num.arcsin": lambda s, p: _float_fn(np.arcsin, s),  # NaN (null) outside [-1, 1]
+    "num.arccos": lambda s, p: _float_fn(np.arccos, s),
+    "num.arctan": lambda s, p: _float_fn(np.arctan, s),
     "num.to_string": _elementwise(lambda v: str(v)),
     "list.len": _elementwise(lambda v: len(v)),
-    "list.contains": _elementwise(lambda v, x: x in list(v)),
+    "list.contains": lambda s, p: _pairwise(_contains, True, True)(s, pd.Series([p[0]] * len(s), index=s.index, dtype=object)),
     "list.at": _elementwise(lambda v, i: list(v)[i] if -len(v) <= i < len(v) else None),
-    "list.sum": _elementwise(lambda v: sum(v)),
-    "list.min": _elementwise(lambda v: min(v) if len(v) else None),
-    "list.max": _elementwise(lambda v: max(v) if len(v) else None),
-    "list.mean": _elementwise(lambda v: sum(v) / len(v) if len(v) else None),
-    "list.hasnull": _elementwise(lambda v: any(_isnull(x) for x in v)),
+    "list.sum": _elementwise(lambda v: None if _has_null(v) else sum(v)),
+    "list.min": _elementwise(lambda v: None if _has_null(v) or not len(v) else min(v)),
+    "list.max": _elementwise(lambda v: None if _has_null(v) or not len(v) else max(v)),
+    "list.mean": _elementwise(lambda v: None if _has_null(v) or not len(v) else sum(v) / len(v)),
+    "list.hasnull": _elementwise(lambda v: _has_null(v)),
+    "list.all": _elementwise(lambda v: _all(v)),
+    "list.any": _elementwise(lambda v: _any(v)),
     "struct.get": _elementwise(lambda v, f: v.get(f) if isinstance(v, dict) else getattr(v, f, None)),
 }  # fmt: skip
 
 
-def _pairwise(fn: Callable[[Any, Any], Any], boolean: bool) -> Callable[[Series, Series], Series]:
-    """A function of a column and a column-valued parameter, row by row; null in, null out."""
+def _pairwise(
+    fn: Callable[[Any, Any], Any], boolean: bool, null_param: bool = False
+) -> Callable[[Series, Series], Series]:
+    """A function of a column and a column-valued parameter, row by row; null in, null out
+    (``null_param``: a null parameter is passed to ``fn``, which decides)."""
 
     def run(s: Series, other: Series) -> Series:
         out = pd.Series(
-            [None if _isnull(a) or _isnull(b) else fn(a, b)
+            [None if _isnull(a) or (_isnull(b) and not null_param) else fn(a, b)
              for a, b in zip(s.astype(object), other.astype(object), strict=True)],
             index=s.index, dtype=object,
         )  # fmt: skip
@@ -166,7 +222,7 @@ _COLUMN_PARAM: dict[str, Callable[[Series, Series], Series]] = {
     "str.contains": _pairwise(lambda a, b: b in a, True),
     "str.startswith": _pairwise(lambda a, b: a.startswith(b), True),
     "str.endswith": _pairwise(lambda a, b: a.endswith(b), True),
-    "list.contains": _pairwise(lambda a, b: b in list(a), True),
+    "list.contains": _pairwise(_contains, True, True),
     "list.at": _pairwise(_at, False),
 }
 
@@ -177,7 +233,7 @@ _SERIES_FNS: dict[str, Callable[[list[Series]], Series]] = {
     "truediv": _binary(lambda a, b: a / b.where(b != 0)),
     "floordiv": _binary(lambda a, b: a // b.where(b != 0)),
     "mod": _binary(lambda a, b: a % b.where(b != 0)),
-    "pow": _binary(lambda a, b: a**b),
+    "pow": _binary(lambda a, b: _pow(a, b)),
     "eq": _compare(lambda a, b: a == b),
     "ne": _compare(lambda a, b: a != b),
     "lt": _compare(lambda a, b: a < b),
@@ -190,8 +246,146 @@ _SERIES_FNS: dict[str, Callable[[list[Series]], Series]] = {
 }
 
 FUNCTIONS = frozenset(_PARAM_FNS) | frozenset(_SERIES_FNS) | {
-    "neg", "not", "isnull", "fillnull", "astype", "dt.since",
+    "neg", "not", "isnull", "fillnull", "astype", "dt.since", "str.parse", "now", "repeat",
+    "list.map", "list.filter", "zip",
 }  # fmt: skip
+
+
+def _pow(a: Series, b: Series) -> Series:
+    ints = pd.api.types.is_integer_dtype(a.dtype) and pd.api.types.is_integer_dtype(b.dtype)
+    if ints and bool((b < 0).fillna(False).any()):
+        raise ExprError(
+            "pow: an int raised to a negative int power has no int value; make the base or "
+            "the exponent a float, e.g. lit(2).num.pow(lit(-2.0))"
+        )
+    return a**b
+
+
+def _repeat(value: Series, by: Series) -> Series:
+    return pd.Series(
+        [None if _isnull(n) else [None if _isnull(v) else v] * max(int(n), 0)
+         for v, n in zip(value.astype(object), by.astype(object), strict=True)],
+        index=value.index, dtype=object,
+    )  # fmt: skip
+
+
+def _zip(names: list[str], lists: list[Series], dtype: spec.StructType, index: pd.Index) -> Series:
+    """Lists zipped into structs (dicts) up to the shortest; null if any list is null."""
+    rows = zip(*(s.astype(object) for s in lists), strict=True)
+    out = [
+        None if any(_isnull(v) for v in row)
+        else [{f.name: _plain(dict(zip(names, items, strict=True)).get(f.name)) for f in dtype.fields}
+              for items in zip(*row, strict=False)]
+        for row in rows
+    ]  # fmt: skip
+    return pd.Series(out, index=index, dtype=object)
+
+
+def _items(values: list[Any]) -> Series:
+    """A lambda's items as a typed column (ints stay ints next to nulls)."""
+    s = pd.Series(values, dtype=object)
+    kinds = {type(v) for v in values if not _isnull(v)}
+    if kinds and all(issubclass(k, bool | np.bool_) for k in kinds):
+        return s.astype("boolean")
+    if kinds and all(issubclass(k, int | np.integer) and not issubclass(k, bool | np.bool_) for k in kinds):  # fmt: skip
+        return s.astype("Int64")
+    if kinds and all(issubclass(k, int | float | np.integer | np.floating) for k in kinds):
+        return s.astype(float)
+    return s
+
+
+def _plain(v: Any) -> Any:
+    if _isnull(v):
+        return None
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _lambda(
+    fn: str,
+    lists: Callable[[pd.DataFrame], Series],
+    name: str,
+    body: Callable[[pd.DataFrame], Series],
+) -> Callable[[pd.DataFrame], Series]:
+    """``list.map``/``list.filter``: the body evaluated once over every item of every list,
+    each item beside its row's columns (so the body may read them), then regrouped."""
+
+    def run(df: pd.DataFrame) -> Series:
+        values = list(lists(df).astype(object))
+        null = [_isnull(v) for v in values]
+        lengths = np.array(
+            [0 if n else len(v) for v, n in zip(values, null, strict=True)], dtype=int
+        )
+        items = [x for v, n in zip(values, null, strict=True) if not n for x in v]
+        frame = df.iloc[np.repeat(np.arange(len(df)), lengths)].reset_index(drop=True)
+        frame[spec.var_key(name)] = _items(items)
+        got = list(body(frame).astype(object)) if items else []
+        out: list[Any] = []
+        start = 0
+        for n, size in zip(null, lengths, strict=True):
+            part = range(start, start + int(size))
+            start += int(size)
+            if n:
+                out.append(None)
+            elif fn == "list.map":
+                out.append([_plain(got[k]) for k in part])
+            else:
+                out.append([items[k] for k in part if not _isnull(got[k]) and bool(got[k])])
+        return pd.Series(out, index=df.index, dtype=object)
+
+    return run
+
+
+_TEXT_HINT = 'strings are quoted ("hi"), booleans are true/false, lists [1, 2]'
+
+
+def parse_json(text: str, dtype: spec.DType) -> Any:
+    """``str.parse``: the JSON ``text`` as a value of ``dtype`` (structs as dicts, nulls as
+    None); text that is not JSON, or JSON of another type, is an ``ExprError``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ExprError(f"str.parse: {text!r} is not valid JSON ({e.msg}); {_TEXT_HINT}") from e
+    return _conform(value, dtype, text)
+
+
+def _conform(v: Any, dtype: spec.DType, text: str) -> Any:
+    def bad() -> ExprError:
+        return ExprError(f"str.parse: {text!r} holds {json.dumps(v)}, which is not a {type(dtype).__name__.removesuffix('Type').lower()}; {_TEXT_HINT}")  # fmt: skip
+
+    if v is None:
+        return None
+    match dtype:
+        case spec.OptionalType(of=inner):
+            return _conform(v, inner, text)
+        case spec.IntType():
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad()
+            return v
+        case spec.FloatType():
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise bad()
+            return float(v)
+        case spec.BoolType():
+            if not isinstance(v, bool):
+                raise bad()
+            return v
+        case spec.StringType():
+            if not isinstance(v, str):
+                raise bad()
+            return v
+        case spec.ListType(of=inner):
+            if not isinstance(v, list):
+                raise bad()
+            return [_conform(x, inner, text) for x in v]
+        case spec.MapType(of=inner):
+            if not isinstance(v, dict):
+                raise bad()
+            return {k: _conform(x, inner, text) for k, x in v.items()}
+        case spec.StructType(fields=fields):
+            if not isinstance(v, dict):
+                raise bad()
+            return {f.name: _conform(v.get(f.name), f.dtype, text) for f in fields}
+    raise ExprError(f"str.parse cannot parse into {dtype!r}")
 
 
 def _json_path(text: str, path: str) -> Any:
@@ -228,6 +422,15 @@ def astype(s: Series, dtype: spec.DType) -> Series:
 def compile_expr(node: spec.Expr) -> Callable[[pd.DataFrame], Series]:
     """A function from a batch to the expression's column (index aligned with the batch)."""
     match node:
+        case spec.Var(name=name):
+            key = spec.var_key(name)
+
+            def item(df: pd.DataFrame) -> Series:
+                if key not in df.columns:
+                    raise ExprError(f"var({name!r}) is used outside list.map/list.filter")
+                return df[key]
+
+            return item
         case spec.Col(name=name):
 
             def column(df: pd.DataFrame) -> Series:
@@ -269,7 +472,28 @@ def _compile_call(
         raise ExprError(
             f"unknown expression function {fn!r}; known: {', '.join(sorted(FUNCTIONS))}"
         )
+    if fn == "now":
+        return lambda df: pd.Series(pd.Timestamp.now(tz="UTC"), index=df.index)
+    if fn == "zip":
+        if not isinstance(dtype, spec.StructType):
+            raise ExprError("zip needs a struct type")
+        st, names = dtype, [str(_arg_value(a)) for a in args[::2]]
+        parts = [compile_expr(a) for a in args[1::2]]
+        return lambda df: _zip(names, [p(df) for p in parts], st, df.index)
     first = compile_expr(args[0])
+    if fn == "repeat":
+        by = compile_expr(args[1])
+        return lambda df: _repeat(first(df), by(df))
+    if fn in ("list.map", "list.filter"):
+        name = _arg_value(args[1])
+        return _lambda(fn, first, str(name), compile_expr(args[2]))
+    if fn == "str.parse":
+        if dtype is None:
+            raise ExprError("str.parse needs a target type")
+        target = dtype
+        return lambda df: (
+            first(df).astype(object).map(lambda v: None if _isnull(v) else parse_json(v, target))
+        )
     if fn in _SERIES_FNS:
         rest = [compile_expr(a) for a in args[1:]]
         impl = _SERIES_FNS[fn]

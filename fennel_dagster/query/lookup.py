@@ -43,13 +43,35 @@ def lookup_state(
         )
     keys = keys[list(ds.keys)].reset_index(drop=True)
     ts = pd.to_datetime(pd.Series(ts), utc=True).reset_index(drop=True)
+    types = {f.name: f.dtype for f in ds.fields}
     if serves is None:
-        return index.lookup(state, ds, keys, ts, fields)
+        rows, found = index.lookup(state, ds, keys, ts, fields)
+        for k in ds.keys:  # the keys asked for, found or not (as Fennel answers)
+            if k in rows.columns:
+                rows[k] = astype(keys[k], types[k]).to_numpy()
+        return _not_found_as_null(rows, found, ds, types), found
     values, found = aggregate.lookup_aggregate(state, serves.scope, serves.node, keys, ts)
     out = keys.copy()
-    types = {f.name: f.dtype for f in ds.fields}
-    for c in values.columns:  # as the dataset declares them: a Min of ints is an int
-        out[c] = astype(values[c], types[c]) if c in types else values[c]
+    for c in values.columns:
+        out[c] = values[c]
     out[ds.timestamp] = ts.to_numpy()
     wanted = [f.name for f in ds.fields if fields is None or f.name in fields]
-    return out[wanted], found
+    return _not_found_as_null(out[wanted], found, ds, types), found
+
+
+def _not_found_as_null(
+    rows: pd.DataFrame, found: pd.Series, ds: spec.DatasetSpec, types: dict[str, spec.DType]
+) -> pd.DataFrame:
+    """A key without a row at the time has null values (``pd.NA``), never an empty aggregate
+    (a Count of 0) or a NaN; each column typed as the dataset declares it (a Min of ints is an
+    int), so callers compare with ``pd.NA`` and apply defaults as Fennel's do."""
+    rows = rows.copy()
+    missing = ~found.to_numpy(dtype=bool)
+    for c in rows.columns:
+        if c in ds.keys or c == ds.timestamp:
+            continue
+        col = rows[c].astype(object)
+        if missing.any():
+            col = col.where(~missing, None)
+        rows[c] = astype(col, types[c]) if c in types else col
+    return rows

@@ -170,6 +170,20 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Var:
+    """The item variable of a list lambda: ``var("x")`` inside ``list.map("x", ...)`` or
+    ``list.filter("x", ...)``, bound to each item of the list in turn (not a column)."""
+
+    name: str
+
+
+def var_key(name: str) -> str:
+    """Where a lambda's variable is held beside the columns while its body is typed or
+    evaluated (a key no column name takes)."""
+    return f"\x00var:{name}"
+
+
+@dataclass(frozen=True)
 class When:
     """``when(c1).then(v1).when(c2).then(v2).otherwise(v)``."""
 
@@ -177,7 +191,7 @@ class When:
     otherwise: Expr
 
 
-Expr: TypeAlias = Col | Lit | Call | When
+Expr: TypeAlias = Col | Lit | Call | When | Var
 
 # --------------------------------------------------------------------------- user code
 
@@ -236,7 +250,17 @@ class WindowSpec:
 
 
 AggKind = Literal[
-    "count", "sum", "avg", "min", "max", "lastk", "firstk", "distinct", "stddev", "quantile"
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "lastk",
+    "firstk",
+    "distinct",
+    "stddev",
+    "quantile",
+    "exp_decay",
 ]
 
 
@@ -253,6 +277,9 @@ class AggSpec:
     dropnull: bool = False  # lastk / firstk / distinct
     default: None | bool | int | float | str = None  # min/max/avg/stddev/quantile on empty
     p: float | None = None  # quantile
+    # exp_decay: seconds for a value to decay to half; left out of the encoding while None
+    # (the metadata is OMITTED_WHEN_DEFAULT, defined further down)
+    half_life: int | None = field(default=None, metadata={"wire": "omitted when default"})
 
 
 # --------------------------------------------------------------------------- operators
@@ -447,6 +474,8 @@ class ConnectorSpec:
         "redshift",
         "kinesis",
         "http",
+        "mongo",
+        "pubsub",
     ]
     name: str  # the connection's name, e.g. Kafka(name="events_kafka")
     config: tuple[tuple[str, None | bool | int | float | str], ...]
@@ -535,6 +564,8 @@ class DatasetSpec:
     expectations: ExpectationsSpec | None = None
     terminal: bool = False  # produced by a continuous-window aggregate (cannot feed pipelines)
     sinks: tuple[SinkSpec, ...] = field(default=(), metadata=OMITTED_WHEN_DEFAULT)
+    # key fields marked ``field(key=True, erase_key=True)``: what ``erase`` requests name
+    erase_keys: tuple[str, ...] = field(default=(), metadata=OMITTED_WHEN_DEFAULT)
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -260,6 +260,52 @@ def test_a_branch_beside_the_repartition_is_refused_with_its_fix() -> None:
     ]
 
 
+def test_a_join_side_named_first_in_inputs_is_not_a_branch_beside_the_repartition() -> None:
+    # Fennel's docs write `@inputs(User, Transaction)` and join Transaction to User: the
+    # joined dataset is looked up, never streamed, so it runs beside nothing
+    @meta(owner=OWNER)
+    @source(hook.endpoint("u"), cdc="upsert", disorder="1d")
+    @dataset(index=True)
+    class Home:
+        uid: int = field(key=True)
+        city: str
+        ts: datetime
+
+    txn = _txn()
+
+    @meta(owner=OWNER)
+    @dataset(index=True)
+    class CitySpend:
+        city: str = field(key=True)
+        total: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Home, txn)
+        def by_city(cls, home, t):  # type: ignore[no-untyped-def]
+            joined = t.join(home, how="inner", on=["uid"])
+            return joined.groupby("city").aggregate(
+                total=Sum(of="amount", window=Continuous("forever"))
+            )
+
+    assert _rejected([Home, txn, CitySpend]) == []
+    (job,) = [j for j in compiled([Home, txn, CitySpend])
+              if isinstance(j, plan.PipelineJobSpec)]  # fmt: skip
+    assert [i.dataset.name for i in job.inputs] == ["Txn"]
+    assert [i.dataset.name for i in job.lookups] == ["Home"]
+    assert job.repartition is not None and job.repartition.keys == ("city",)
+    client = MockClient()
+    client.commit("by city", [Home, txn, CitySpend])
+    t0 = datetime(2026, 1, 1)
+    client.log("hook", "u", pd.DataFrame({"uid": [1, 2], "city": ["Oslo", "Rome"],
+                                          "ts": [t0, t0]}))  # fmt: skip
+    client.log("hook", "t", pd.DataFrame({"uid": [1, 2, 1, 3], "merchant": [0, 0, 0, 0],
+                                          "amount": [1.0, 2.0, 4.0, 8.0],
+                                          "ts": [t0, t0, t0, t0]}))  # fmt: skip
+    found, _ = CitySpend.lookup(pd.Series([t0, t0]), city=pd.Series(["Oslo", "Rome"]))
+    assert found["total"].tolist() == [5.0, 2.0]
+
+
 def test_sources_the_platform_cannot_read_are_refused_at_commit() -> None:
     @meta(owner=OWNER)
     @source(Postgres(name="crm", db_name="crm").table("users", cursor="ts"), cdc="append")

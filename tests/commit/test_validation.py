@@ -22,12 +22,14 @@ from fennel_dagster import (
     source,
 )
 from fennel_dagster.aggregate import Count, Sum
+from fennel_dagster.commit.compiler import compile_blueprints, jobs_of
 from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate, validate_or_raise
 from fennel_dagster.expr import col
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Tumbling
-from fennel_dagster.wire import spec
+from fennel_dagster.wire import plan, spec
 from tests.deferred import checked_at_commit
 
 hook = Webhook(name="hook")
@@ -114,10 +116,14 @@ def test_source_and_pipeline_are_exclusive_and_one_is_needed() -> None:
         uid: int
         ts: datetime
 
+    # neither is Fennel's rule too: an empty dataset until something writes to it
     assert messages(commit_spec("m", [Txn, Both, Neither])) == [
         "Both: has both a @source and a @pipeline: a dataset gets rows from sources or from pipelines, not both: split it in two",
-        "Neither: has neither a @source nor a @pipeline: attach a @source (e.g. a Webhook endpoint) or declare a @pipeline",
     ]
+    assert messages(commit_spec("m", [Txn, Neither])) == []
+    jobs = jobs_of(compile_blueprints(EntityGraph.build(commit_spec("m", [Txn, Neither]))))
+    writers = (plan.SourceJobSpec, plan.PipelineJobSpec)
+    assert not [j for j in jobs if j.dataset.name == "Neither" and isinstance(j, writers)]
 
 
 def test_cdc_must_match_keys() -> None:
@@ -414,16 +420,22 @@ def test_deletion_takes_two_commits() -> None:
 
 
 def test_all_errors_are_reported_at_once() -> None:
+    @source(hook.endpoint("both"))
     @dataset
-    class NoOwnerNoSource:
+    class NoOwnerBoth:
         uid: int = field(key=True)
         ts: datetime
 
+        @pipeline
+        @inputs(Users)
+        def p(cls, users):  # type: ignore[no-untyped-def]
+            return users.drop("age")
+
     with pytest.raises(CommitRejected) as e:
-        validate_or_raise(commit_spec("m", [NoOwnerNoSource]))
-    assert len(e.value.errors) == 2
+        validate_or_raise(commit_spec("m", [Users, NoOwnerBoth]))
+    assert len(e.value.errors) == 3  # no owner; a source and a pipeline; append on keys
     assert str(e.value).startswith(
-        "commit rejected with 2 error(s):\n  - NoOwnerNoSource: has no owner"
+        "commit rejected with 3 error(s):\n  - NoOwnerBoth: has no owner"
     )
 
 

@@ -380,3 +380,109 @@ def test_extractors_are_plain_functions_on_the_featureset_and_may_name_outputs_i
                        input_dataframe=pd.DataFrame({"Ages.age": [32, 12]}))  # fmt: skip
     assert out["Ages.age_squared"].tolist() == [1024, 144]
     assert out["Ages.is_adult"].tolist() == [True, False]
+
+
+def test_extractor_inputs_and_outputs_as_fennel_writes_them() -> None:
+    from fennel_dagster import extractor, outputs
+
+    @featureset
+    class Request:
+        uid: int
+
+    @featureset
+    class Person:
+        uid: int = feature(Request.uid)  # Request is not committed: queries give it
+        age: int = feature().meta(description="years")
+        age_squared: int
+        shout: str
+
+        @extractor
+        @inputs(age)  # the class body's feature object, before @featureset names it
+        @outputs("age_squared")
+        def square(cls, ts: pd.Series, age: pd.Series):  # type: ignore[no-untyped-def]
+            return (age**2).rename("age_squared")
+
+        @extractor(env="bronze")  # no @outputs: every feature, as in Fennel
+        def everything(cls, ts, uid):  # type: ignore[no-untyped-def]
+            raise AssertionError("excluded by env")
+
+    (square,) = [e for e in Person.spec().extractors if e.name == "square"]
+    assert (square.inputs, square.outputs) == (("Person.age",), ("age_squared",))
+    (every,) = [e for e in Person.spec().extractors if e.name == "everything"]
+    assert every.outputs == ("uid", "age", "age_squared", "shout")
+    client = MockClient()
+    client.commit("people", featuresets=[Person], env="silver")
+    out = client.query([Request.uid, Person.age], [Person.uid, Person.age_squared],
+                       input_dataframe=pd.DataFrame({"Request.uid": [7, 8],
+                                                     "Person.age": [3, 4]}))  # fmt: skip
+    assert out["Person.uid"].tolist() == [7, 8]
+    assert out["Person.age_squared"].tolist() == [9, 16]
+    # a featureset that is committed must declare the inputs named from it
+    with pytest.raises(Exception, match="is not a feature of Request"):
+
+        @featureset
+        class Typo:
+            uid: int = feature(Request.uid)
+            n: int
+
+            @extractor
+            @inputs("Request.uidd")
+            @outputs("n")
+            def count(cls, ts, uidd):  # type: ignore[no-untyped-def]
+                return uidd
+
+        MockClient().commit("typo", featuresets=[Request, Typo])
+
+
+def test_a_key_without_rows_looks_up_as_null_with_the_key_as_asked() -> None:
+    from fennel_dagster.aggregate import Count, Sum
+    from fennel_dagster.window import Continuous
+
+    @source(WEBHOOK.endpoint("txns"), disorder="1d", cdc="append")
+    @dataset
+    class Txns:
+        uid: int
+        amount: float
+        ts: datetime
+
+    @source(WEBHOOK.endpoint("people"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class People:
+        uid: int = field(key=True)
+        age: int
+        height: float
+        ts: datetime
+
+    @dataset(index=True)
+    class Totals:
+        uid: int = field(key=True)
+        count: int
+        total: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Txns)
+        def agg(cls, txns):  # type: ignore[no-untyped-def]
+            return txns.groupby("uid").aggregate(
+                count=Count(window=Continuous("forever")),
+                total=Sum(of="amount", window=Continuous("1d")),
+            )
+
+    client = MockClient()
+    client.commit("null lookups", datasets=[Txns, People, Totals])
+    client.log("fennel_webhook", "txns", pd.DataFrame({"uid": [1, 1], "amount": [2.0, 3.0],
+                                                       "ts": [T0, T0]}))  # fmt: skip
+    client.log("fennel_webhook", "people", pd.DataFrame({"uid": [1], "age": [30],
+                                                         "height": [1.8], "ts": [T0]}))  # fmt: skip
+    ts = pd.Series([T0, T0])
+    totals, found = Totals.lookup(ts, uid=pd.Series([1, 2]))
+    assert found.tolist() == [True, False]
+    # list equality takes pd.NA by identity: a 0 or a NaN here would raise, as in Fennel's docs
+    assert totals["count"].tolist() == [2, pd.NA]
+    assert totals["total"].tolist() == [5.0, pd.NA]
+    people, found = client.lookup("People", keys=pd.DataFrame({"uid": [1, 2]}),
+                                  timestamps=ts)  # fmt: skip
+    assert found.tolist() == [True, False]
+    assert people["uid"].tolist() == [1, 2]
+    assert people["age"].tolist() == [30, pd.NA]
+    assert people["height"].tolist() == [1.8, pd.NA]

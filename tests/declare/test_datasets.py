@@ -77,8 +77,29 @@ def test_two_datetime_fields_without_timestamp_marker_are_rejected() -> None:
             shipped: datetime
 
     assert str(e.value) == (
-        "dataset Orders needs exactly one event-time field: found datetime fields "
-        "(created, shipped); mark one with field(timestamp=True)"
+        "Multiple timestamp fields are not supported in dataset Orders: it needs exactly one "
+        "event-time field, found datetime fields (created, shipped); mark one with "
+        "field(timestamp=True)"
+    )
+
+
+def test_no_datetime_field_and_an_index_without_keys_are_rejected() -> None:
+    with pytest.raises(DeclarationError, match="^No timestamp field found in dataset Bare"):
+
+        @dataset
+        class Bare:
+            uid: int
+
+    with pytest.raises(DeclarationError) as e:
+
+        @dataset(index=True)
+        class Unkeyed:
+            uid: int
+            ts: datetime
+
+    assert str(e.value) == (
+        "dataset Unkeyed has index=True but no key field: an index answers lookups by key; "
+        "mark the key with field(key=True), or drop index=True"
     )
 
 
@@ -91,7 +112,7 @@ def test_optional_key_is_rejected_with_the_fix() -> None:
             ts: datetime
 
     assert str(e.value) == (
-        "Accounts.uid is a key but Optional: keys cannot be null; declare it as "
+        "Key uid in dataset Accounts cannot be Optional: keys cannot be null; declare it as "
         "`uid: int = field(key=True)`"
     )
 

@@ -110,7 +110,8 @@ def test_aggregation_without_window_or_of_says_what_to_add() -> None:
     ):
         Sum(of="amount").to_ir("total", "pipeline X.p (aggregate)")
     with pytest.raises(
-        DeclarationError, match=r"Quantile\(of='a', p=1.5\): p must be within \[0, 1\]"
+        DeclarationError,
+        match=r"Expect p value between 0 and 1, found 1.5: Quantile\(of='a'\) takes p within \[0, 1\]",
     ):
         Quantile(of="a", p=1.5, window=Continuous("1d"))
 

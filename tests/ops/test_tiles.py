@@ -118,7 +118,10 @@ def reference(agg: spec.AggSpec, events: list[Event], uid: int, t: int) -> Any:
             return math.sqrt(sum((v - mean) ** 2 for v in present) / len(present))
         case "quantile":
             ranked = sorted(present)
-            return ranked[int(math.floor((agg.p or 0) * (len(ranked) - 1)))] if ranked else -1.0
+            # Fennel's rank: floor(p * n), the last element at most
+            if not ranked:
+                return -1.0
+            return ranked[min(len(ranked) - 1, math.floor((agg.p or 0) * len(ranked)))]
         case "distinct":
             return sorted({_tag(v): v for v in present}.values(), key=_tag)
         case "lastk":

@@ -23,8 +23,11 @@ a hierarchy 2**36 s .. 64 s, so a prefix is <= 31 tiles per level. Counts, integ
 and max are exact; a float sum is the correctly rounded exact sum (so it can differ in the
 last bits from a left-to-right float sum, but never depends on order or batching); avg and
 stddev are computed from the exact sums (stddev: population). Quantile, distinct, lastk/firstk
-and count(unique) are not decomposable: they read the window's raw events (quantile: exact
-nearest-rank "lower", even with ``approx=True``; count(unique, approx=True) is exact too).
+and count(unique) are not decomposable: they read the window's raw events (quantile: exactly
+Fennel's element at rank floor(p * n) of the sorted values, even with ``approx=True``; count(unique, approx=True) is exact too).
+An exponential decay sum (``exp_decay``) depends on the time it is read at: it reads the
+window's raw events too and weighs each by ``0.5 ** (age / half_life)`` at the query time
+(``values.exp_decay_sum``: the correctly rounded sum of the terms).
 
 Cost. Per batch, per key of the batch: a few range scans (raw events of the edge tiles,
 whole tiles per level); then, for the whole batch at once with numpy: the binary values

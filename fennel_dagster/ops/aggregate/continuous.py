@@ -113,12 +113,15 @@ def _compute(
         ends_at = raw.locate(qk, [hi + 1])[0]
         values = {a.of: events.values(a.of) for a in lay.raw if a.of}
         stamps = events.ts.tolist()
+        at = hi.tolist()  # each query's time (an exponential decay measures ages from it)
         for agg, lo in zip(lay.raw, raw_lows, strict=True):
             begins = raw.locate(qk, [lo])[0]
             col = values[agg.of] if agg.of else None
             out[agg.into] = [
-                aggregate_values(agg, col[x:y] if col is not None else [1] * (y - x), stamps[x:y])
-                for x, y in zip(begins.tolist(), ends_at.tolist(), strict=True)
+                aggregate_values(
+                    agg, col[x:y] if col is not None else [1] * (y - x), stamps[x:y], t
+                )
+                for x, y, t in zip(begins.tolist(), ends_at.tolist(), at, strict=True)
             ]
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)

@@ -14,8 +14,12 @@ from fennel_dagster.ops import tiles
 from fennel_dagster.wire import spec
 
 
-def aggregate_values(agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[int]) -> Any:
-    """One aggregation over one window's events (``values`` in event-time order)."""
+def aggregate_values(
+    agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[int], at: int | None = None
+) -> Any:
+    """One aggregation over one window's events (``values`` in event-time order, ``stamps``
+    their event times in microseconds); ``at``: the time (us) the window is read at, which
+    an exponential decay measures ages from."""
     vals = list(values)
     present = [v for v in vals if v is not None]
     match agg.kind:
@@ -36,9 +40,10 @@ def aggregate_values(agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[
         case "quantile":
             if not present:
                 return agg.default
-            return float(
-                np.quantile(np.asarray(present, dtype=float), agg.p or 0.0, method="lower")
-            )
+            # Fennel's rule: the element at rank floor(p * n) of the sorted values (so the
+            # median of [10, 20] is 20), never an interpolation between two
+            ordered = sorted(present)
+            return float(ordered[min(len(ordered) - 1, math.floor((agg.p or 0.0) * len(ordered)))])
         case "distinct":
             uniq = {json.dumps(v, sort_keys=True): v for v in (present if agg.dropnull else vals)}
             return [uniq[k] for k in sorted(uniq)]
@@ -56,7 +61,25 @@ def aggregate_values(agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[
                         unique.append(v)
                 seq = unique
             return seq[: agg.limit]
+        case "exp_decay":
+            return exp_decay_sum(vals, stamps, at, agg.half_life)
     raise ValueError(f"unknown aggregation {agg.kind!r}")
+
+
+def exp_decay_sum(
+    values: Sequence[Any], stamps: Sequence[int], at: int | None, half_life: int | None
+) -> float:
+    """``sum(v * 0.5 ** ((at - t) / half_life))`` over the non-null values, ages in exact
+    microseconds; ``math.fsum`` makes it the correctly rounded sum of the terms, so the same
+    events give the same float whatever their order or batching. 0.0 over no values."""
+    if at is None or not half_life:
+        raise ValueError("exp_decay needs the time it is read at and a positive half_life")
+    scale = float(half_life * 1_000_000)
+    return math.fsum(
+        float(v) * math.exp2(-(at - t) / scale)
+        for v, t in zip(values, stamps, strict=True)
+        if v is not None
+    )
 
 
 def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> list[Any]:

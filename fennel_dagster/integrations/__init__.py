@@ -1,0 +1,1 @@
+"""Integrations with outside services, as in Fennel's ``fennel.integrations``."""
