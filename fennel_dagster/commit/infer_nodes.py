@@ -142,6 +142,14 @@ def _infer_filter(node: spec.FilterNode, s: Stream) -> Schema:
     return s.src
 
 
+def _declares(got: spec.DType, declared: spec.DType) -> bool:
+    plain_got, plain_declared = base(strip_optional(got)), base(strip_optional(declared))
+    widens = {(spec.IntType, spec.FloatType), (spec.BoolType, spec.IntType)}
+    return same_type(strip_optional(got), strip_optional(declared)) or (
+        (type(plain_got), type(plain_declared)) in widens
+    )
+
+
 def _infer_assign(node: spec.AssignNode, s: Stream) -> Schema:
     cols = node.columns
     out = [f for f in s.src if f.name not in {c.name for c in cols}]
@@ -150,10 +158,16 @@ def _infer_assign(node: spec.AssignNode, s: Stream) -> Schema:
             s.report(f"assign() overwrites the {'timestamp' if c.name == s.ts else 'key'} field {c.name!r}",
                      "assign to a new field name instead")  # fmt: skip
         if c.expr is not None:
-            got = type_of(c.expr, s.types)
-            if not same_type(got, c.dtype) and not same_type(strip_optional(got), c.dtype):
+            # as in Fennel, the closing .astype(T) declares the column's type: what it wraps
+            # must already be a T (an int may widen to float, a bool to int): not a conversion
+            declared = c.expr
+            if isinstance(declared, spec.Call) and declared.fn == "astype" and declared.args:
+                declared = declared.args[0]
+            got = type_of(declared, s.types)
+            if not _declares(got, c.dtype):
                 s.report(f"'{c.name}' is declared {render(c.dtype)} but the expression gives {render(got)}",
-                         f"end the expression with .astype({render(got)}) or fix it")  # fmt: skip
+                         f"declare it .astype({render(got)}), or compute a {render(c.dtype)} "
+                         "(e.g. .num.round(), .num.to_string(), when(...).then(...))")  # fmt: skip
         out.append(spec.FieldSpec(c.name, c.dtype))
     return out
 

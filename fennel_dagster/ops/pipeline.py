@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.declare.dtypes import render
@@ -141,7 +142,8 @@ class PipelineExecutor:
                 if pred is not None:
                     keep = evaluate(pred, df).astype("boolean").fillna(False).astype(bool)
                 else:
-                    keep = self._user_rows(node, df, code, res, lambda out: out.astype(bool))
+                    raw = self._user_rows(node, df, code, res, lambda out: out)
+                    keep = self._boolean_mask(node, df, raw, res)
                 return df[keep.to_numpy()].reset_index(drop=True)
             case spec.AssignNode(columns=columns):
                 out = df.copy()
@@ -170,7 +172,7 @@ class PipelineExecutor:
                 except Exception as e:  # noqa: BLE001
                     self._bad_rows(node, df, e, res)
                     return pd.DataFrame(columns=[f.name for f in schema])
-                return out[[f.name for f in schema]].reset_index(drop=True)
+                return self._declared(node, schema, df, out, res)
             case spec.JoinNode():
                 return self._join(node, df, ts, state)
             case spec.AggregateNode():
@@ -217,6 +219,64 @@ class PipelineExecutor:
             if len(good):
                 out[~bad] = post(pd.Series(fn(good))).to_numpy()
             return out
+
+    def _boolean_mask(
+        self, node: spec.Node, df: pd.DataFrame, raw: pd.Series, res: BatchResult
+    ) -> pd.Series:
+        """A filter function's output as a mask: bools keep or drop (null drops); any other
+        value is an error row, never truthiness (``"London"`` is not True)."""
+        if pd.api.types.is_bool_dtype(raw.dtype):
+            return raw.astype("boolean").fillna(False).astype(bool).reset_index(drop=True)
+        keep = []
+        for i, v in enumerate(raw.tolist()):
+            if isinstance(v, bool | np.bool_) or v is None or v is pd.NA:
+                keep.append(bool(v) if v is not None and v is not pd.NA else False)
+                continue
+            keep.append(False)
+            res.errors.append(RowError(
+                self.p.dataset, self._where(node),
+                f"the filter function returned {v!r} ({type(v).__name__}), not a bool: "
+                "return a boolean Series, e.g. df['city'] == 'London'",
+                {k: json_value(x) for k, x in df.iloc[i].items()},
+            ))  # fmt: skip
+        return pd.Series(keep, dtype=bool)
+
+    def _declared(
+        self,
+        node: spec.Node,
+        schema: tuple[spec.FieldSpec, ...],
+        df: pd.DataFrame,
+        out: Any,
+        res: BatchResult,
+    ) -> pd.DataFrame:
+        """A transform's output as its schema declares it: a missing column, or a value its
+        declared type cannot hold, makes an error row, never a silent cast."""
+        names = [f.name for f in schema]
+        if not isinstance(out, pd.DataFrame) or [n for n in names if n not in out.columns]:
+            got = list(map(str, out.columns)) if isinstance(out, pd.DataFrame) else type(out)
+            for i in range(len(df)):  # the input rows, so none is lost
+                res.errors.append(RowError(
+                    self.p.dataset, self._where(node),
+                    f"the transform returned {got}, but its schema declares {names}: return "
+                    "a DataFrame with every declared column",
+                    {k: json_value(v) for k, v in df.iloc[i].items()},
+                ))  # fmt: skip
+            return pd.DataFrame(columns=names)
+        out = out[names].reset_index(drop=True)
+        bad: dict[int, str] = {}
+        for f in schema:
+            for i, why in misfits(out[f.name], f.dtype).items():
+                bad.setdefault(i, f"{f.name!r} (declared {render(f.dtype)}): the transform "
+                                  f"returned {why}")  # fmt: skip
+        if not bad:
+            return out
+        for i, why in sorted(bad.items()):
+            res.errors.append(RowError(
+                self.p.dataset, self._where(node), why,
+                {k: json_value(v) for k, v in out.iloc[i].items()},
+            ))  # fmt: skip
+        keep = ~pd.Series([i in bad for i in range(len(out))])
+        return out[keep.to_numpy()].reset_index(drop=True)
 
     def _fitting(
         self,

@@ -486,3 +486,92 @@ def test_a_key_without_rows_looks_up_as_null_with_the_key_as_asked() -> None:
     assert people["uid"].tolist() == [1, 2]
     assert people["age"].tolist() == [30, pd.NA]
     assert people["height"].tolist() == [1.8, pd.NA]
+
+
+def test_astype_declares_an_assigned_columns_type_and_does_not_convert() -> None:
+    @source(WEBHOOK.endpoint("amounts"), disorder="1d", cdc="upsert")
+    @dataset
+    class Amounts:
+        uid: int = field(key=True)
+        amount: int
+        ts: datetime
+
+    with pytest.raises(
+        DeclarationError, match="'half' is declared int but the expression gives float"
+    ):
+
+        @dataset
+        class Halves:
+            uid: int = field(key=True)
+            half: int
+            ts: datetime
+
+            @pipeline
+            @inputs(Amounts)
+            def p(cls, amounts):  # type: ignore[no-untyped-def]
+                return amounts.assign(half=(col("amount") / 2).astype(int)).drop("amount")
+
+    @dataset
+    class Widened:  # an int declared float, a bool declared int: widening is allowed
+        uid: int = field(key=True)
+        amount: int
+        as_float: float
+        big: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Amounts)
+        def p(cls, amounts):  # type: ignore[no-untyped-def]
+            return amounts.assign(
+                as_float=col("amount").astype(float), big=(col("amount") > 10).astype(int)
+            )
+
+    client = MockClient()
+    client.commit("widened", datasets=[Amounts, Widened])
+    client.log("fennel_webhook", "amounts", pd.DataFrame({"uid": [1], "amount": [20], "ts": [T0]}))
+    got = client.get_dataset_df("Widened")
+    assert got[["as_float", "big"]].values.tolist() == [[20.0, 1]]
+
+
+def test_a_filter_or_transform_returning_the_wrong_type_is_an_error_not_a_cast() -> None:
+    @source(WEBHOOK.endpoint("cities"), disorder="1d", cdc="upsert")
+    @dataset
+    class Cities:
+        uid: int = field(key=True)
+        city: str
+        ts: datetime
+
+    @dataset
+    class Truthy:
+        uid: int = field(key=True)
+        city: str
+        ts: datetime
+
+        @pipeline
+        @inputs(Cities)
+        def p(cls, cities):  # type: ignore[no-untyped-def]
+            return cities.filter(lambda df: df["city"] + "London")  # strings, not bools
+
+    @dataset
+    class Squares:
+        uid: int = field(key=True)
+        city: str
+        square: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Cities)
+        def p(cls, cities):  # type: ignore[no-untyped-def]
+            schema = {**cities.schema(), "square": int}
+            return cities.transform(lambda df: df.assign(square=str(df["uid"])), schema)
+
+    rows = pd.DataFrame({"uid": [1], "city": ["Oslo"], "ts": [T0]})
+    for bad, why in ((Truthy, "not a bool"), (Squares, "'square' \\(declared int\\)")):
+        client = MockClient()
+        client.commit("bad types", datasets=[Cities, bad])
+        with pytest.raises(MockError, match=why):
+            client.log("fennel_webhook", "cities", rows)
+        lenient = MockClient(strict=False)
+        lenient.commit("bad types", datasets=[Cities, bad])
+        lenient.log("fennel_webhook", "cities", rows)  # the row goes to the error rows
+        assert lenient.get_dataset_df(bad.__name__).empty
