@@ -75,6 +75,10 @@ class SparkPipeline:
     def _apply(
         self, node: spec.Node, frames: dict[str, DataFrame], inputs: Mapping[str, DataFrame]
     ) -> DataFrame:
+        if isinstance(node, spec.AggregateNode) and node.along:  # as the engine: time = along
+            ts = next(f.name for f in self.schemas[node.input] if f.timestamp)
+            along = frames[node.input].withColumn(ts, F.col(node.along))
+            frames = {**frames, node.input: along}
         match node:
             case spec.JoinNode():
                 return self._join(node, frames[node.input], inputs[node.right])

@@ -278,7 +278,13 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
                 f"'{a.into}' uses a Session window without a gap",
                 "give Session('30m')-style gap",
             )
-    out.append(spec.FieldSpec(node.along or s.ts, spec.TimestampType(), timestamp=True))
+    if node.along is not None:
+        s.need((node.along,), "along= column")
+        if not isinstance(base(s.types[node.along]), spec.TimestampType):
+            s.report(f"along={node.along!r} is not a (non-Optional) datetime field",
+                     "aggregate along a datetime field of the input, or dropnull it first")  # fmt: skip
+    # the output's time keeps the input's name; with along= it holds the along times
+    out.append(spec.FieldSpec(s.ts, spec.TimestampType(), timestamp=True))
     return out
 
 

@@ -437,8 +437,10 @@ class MockClient:
             )
         if input_s3 is not None or output_s3 is not None or format != "pandas":
             raise MockError(
-                "the MockClient reads and writes no S3: pass input_dataframe=<DataFrame> and "
-                "format='pandas' (a platform client runs input_s3/output_s3 on Spark)"
+                "input must contain a key 'input_dataframe' with the input dataframe (Fennel's "
+                "words): the MockClient reads and writes no S3, so pass "
+                "input_dataframe=<DataFrame> and format='pandas' (a platform client runs "
+                "input_s3/output_s3 on Spark)"
             )
         if not isinstance(timestamp_column, str):
             raise MockError("query_offline needs timestamp_column=<the column of each row's time>")

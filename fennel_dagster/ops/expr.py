@@ -408,8 +408,9 @@ def astype(s: Series, dtype: spec.DType) -> Series:
             return s.astype("Int64")
         case spec.FloatType() | spec.BetweenType():
             return s.astype("Float64").astype(float) if not s.isna().any() else s.astype("Float64")
-        case spec.BoolType():
-            return s.astype("boolean")
+        case spec.BoolType():  # as floats: numpy's bool unless a null needs pandas' boolean
+            b = s.astype("boolean")
+            return b.astype(bool) if not b.isna().any() else b
         case spec.StringType() | spec.RegexType() | spec.OneOfType():
             return s.map(lambda v: None if _isnull(v) else str(v)).astype(object)
         case spec.TimestampType():

@@ -176,6 +176,8 @@ class PipelineExecutor:
             case spec.JoinNode():
                 return self._join(node, df, ts, state)
             case spec.AggregateNode():
+                if node.along:  # windows and as-of times follow `along`, kept under `ts`
+                    df = df.assign(**{ts: pd.to_datetime(df[node.along], utc=True)})
                 if aggregate.is_continuous(node):
                     return aggregate.run_continuous(node, self.scope, df, ts, state, wb)
                 rows, late = aggregate.run_windowed(node, self.scope, df, ts, state, wb)

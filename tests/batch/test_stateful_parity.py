@@ -499,3 +499,51 @@ def test_an_int_sum_that_overflows_int64_leaves_its_rows_out_on_spark_as_on_the_
     assert _multiset(got, cols) == _multiset(want, cols)
     # uid 1's third row sums to 2^63 + 5 (left out); its fourth, minus 7, fits again
     assert len(want) == 5 and max(r["units"] for r in want) == 2**63 - 2
+
+
+@meta(owner=OWNER)
+@source(Webhook(name="hook").endpoint("stamped"))
+@dataset
+class Stamped:
+    uid: int
+    v: float | None
+    at: datetime  # when it happened; `ts` is when it was recorded
+    ts: datetime = field(timestamp=True)
+
+
+def _along(kind: str, *spans: str) -> type:
+    @meta(owner=OWNER)
+    @dataset(index=True)
+    class Along:
+        uid: int = field(key=True)
+        n: int
+        total: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Stamped)
+        def agg(cls, stamped):
+            window = {"continuous": Continuous, "tumbling": Tumbling}[kind](*spans)
+            return stamped.groupby("uid").aggregate(
+                n=Count(window=window), total=Sum(of="v", window=window), along="at"
+            )
+
+    return Along
+
+
+@pytest.mark.parametrize("kind", ["continuous", "tumbling"])
+@given(evs=events_strategy, lags=st.lists(st.integers(-90, 90), min_size=60, max_size=60))
+@EXAMPLES
+def test_aggregate_along_another_time_column(
+    spark: Any, kind: str, evs: list[dict[str, Any]], lags: list[int]
+) -> None:
+    rows = [{**r, "at": r["ts"] + timedelta(minutes=lag)}
+            for r, lag in zip(_rows(evs), lags * 2, strict=False)]  # fmt: skip
+    rows = [{k: r[k] for k in ("uid", "v", "at", "ts")} for r in rows]
+    datasets = [Stamped, _along(kind, "1h")]
+    want = _mock_rows(datasets, "Along", {"stamped": rows})
+    got = _spark_rows(spark, datasets, "Along", {"Stamped": rows})
+    cols = _columns(datasets, "Along")
+    assert _multiset(got, cols) == _multiset(want, cols)
+    if kind == "continuous":  # one row per event, at its along time
+        assert want and {_norm(r["ts"]) for r in want} <= {_norm(r["at"]) for r in rows}
