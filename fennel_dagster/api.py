@@ -53,6 +53,20 @@ class LogResult:
         }
 
 
+@dataclass(frozen=True)
+class Unsupported:
+    """An HTTP-like answer (``status_code`` 404) to a call the MockClient has no counterpart
+    for, as Fennel's mock answers it: e.g. tracking an offline query, which the mock answers
+    at once."""
+
+    reason: str
+    status_code: int = 404
+    ok: bool = False
+
+    def json(self) -> dict[str, object]:
+        return {"error": self.reason}
+
+
 @runtime_checkable
 class FeatureClient(Protocol):
     def commit(

@@ -179,12 +179,13 @@ class Client:
         inputs: list[FeatureRef],
         outputs: list[FeatureRef],
         timestamp_column: str,
-        format: str = "pandas",  # noqa: A002 - Fennel's name
         input_dataframe: pd.DataFrame | None = None,
         input_s3: str | None = None,
         output_s3: str | None = None,
         feature_to_column_map: dict[str, str] | None = None,
+        workflow: str | None = None,  # Fennel's label for its logs: accepted, not recorded
         *,
+        format: str = "pandas",  # noqa: A002 - Fennel's name
         input_format: str = "parquet",
         output_format: str = "parquet",
         wait: bool = False,

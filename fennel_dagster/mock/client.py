@@ -20,6 +20,7 @@ from fennel_dagster.api import (
     DatasetRef,
     FeatureRef,
     LogResult,
+    Unsupported,
     dataset_name,
     feature_name,
     input_frame,
@@ -53,6 +54,11 @@ class MockError(ClientError, ValueError):
 MAIN_BRANCH = "main"
 _BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_serving", "commits",
                  "_erased")  # fmt: skip
+
+
+_NO_OFFLINE_REQUESTS = (
+    "the MockClient answers query_offline at once and keeps no requests to track or cancel"
+)
 
 
 class MockClient:
@@ -414,6 +420,14 @@ class MockClient:
         executor = QueryExecutor(list(self.featuresets.values()), self.datasets, self._lookup)
         return executor.run(qplan, input_df, now_for(input_df, timestamps))
 
+    def track_offline_query(self, request_id: object) -> Unsupported:
+        """Fennel's mock answers 404: the mock's ``query_offline`` returns its rows at once,
+        so there is no request to follow (``Client.track_offline_query`` follows one)."""
+        return Unsupported(f"offline query {request_id}: {_NO_OFFLINE_REQUESTS}")
+
+    def cancel_offline_query(self, request_id: object) -> Unsupported:
+        return Unsupported(f"offline query {request_id}: {_NO_OFFLINE_REQUESTS}")
+
     def query_offline(
         self,
         inputs: list[Any],
@@ -426,6 +440,7 @@ class MockClient:
         input_s3: str | None = None,
         output_s3: str | None = None,
         feature_to_column_map: dict[str, str] | None = None,
+        workflow: str | None = None,  # Fennel's label for its logs: accepted, not recorded
     ) -> pd.DataFrame:
         """Point-in-time: every row's features as of its own timestamp. Takes this mock's
         ``(inputs, outputs, df, timestamp_column)`` and Fennel's ``(inputs, outputs,

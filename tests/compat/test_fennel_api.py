@@ -575,3 +575,11 @@ def test_a_filter_or_transform_returning_the_wrong_type_is_an_error_not_a_cast()
         lenient.commit("bad types", datasets=[Cities, bad])
         lenient.log("fennel_webhook", "cities", rows)  # the row goes to the error rows
         assert lenient.get_dataset_df(bad.__name__).empty
+
+
+def test_tracking_an_offline_query_on_the_mock_answers_404_as_fennels_mock_does() -> None:
+    client = MockClient()
+    for call in (client.track_offline_query, client.cancel_offline_query):
+        response = call("bf5dfe5d-0040-4405-a224-b82c7a5bf085")
+        assert response.status_code == 404 and not response.ok
+        assert "answers query_offline at once" in response.json()["error"]
