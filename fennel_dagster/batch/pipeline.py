@@ -174,7 +174,9 @@ class SparkPipeline:
         ties = [f.name for f in fields_in if not f.timestamp and _orderable(f.dtype)]
         ordered = parts.sortWithinPartitions(ts, *ties)
         executor = self._executor
-        closing = isinstance(node, spec.AggregateNode) and not aggregate.is_continuous(node)
+        closing = (  # windows that emit when they close: a windowed aggregate or dedup
+            isinstance(node, spec.AggregateNode) and not aggregate.is_continuous(node)
+        ) or (isinstance(node, spec.DedupNode) and node.window is not None)
         # windows close by the watermark of the whole input, not of one partition's keys
         top = df.agg(F.max(ts)).first() if closing else None  # one small Spark job
         newest = None if top is None else top[0]
@@ -192,11 +194,16 @@ class SparkPipeline:
                 state.apply(wb)
                 yield _to_arrow_frame(out, fields_out)
             if mark is not None:
-                assert isinstance(node, spec.AggregateNode)
                 empty = pd.DataFrame({f.name: pd.Series(dtype=object) for f in fields_in})
-                rows, _ = aggregate.run_windowed(
-                    node, executor.scope, empty, ts, state, WriteBatch(), watermark=mark
-                )
+                if isinstance(node, spec.DedupNode):  # its rows come back in these types
+                    typed = pd.DataFrame({f.name: astype(empty[f.name], f.dtype)
+                                          for f in fields_in})  # fmt: skip
+                    rows = executor._dedup(node, typed, ts, state, WriteBatch(), watermark=mark)
+                else:
+                    assert isinstance(node, spec.AggregateNode)
+                    rows, _ = aggregate.run_windowed(
+                        node, executor.scope, empty, ts, state, WriteBatch(), watermark=mark
+                    )
                 yield _to_arrow_frame(rows, fields_out)
 
         return ordered.mapInPandas(run, spark_schema(fields_out))

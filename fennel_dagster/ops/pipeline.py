@@ -21,7 +21,13 @@ from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
-from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads, to_records
+from fennel_dagster.ops.rows import (
+    content_seq,
+    dumps,
+    json_value,
+    loads,
+    to_records,
+)
 from fennel_dagster.ops.schema import misfits
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -450,8 +456,20 @@ class PipelineExecutor:
         return order.iloc[emit].reset_index(drop=True)
 
     def _dedup(
-        self, node: spec.DedupNode, df: pd.DataFrame, ts: str, state: StateReader, wb: WriteBatch
+        self,
+        node: spec.DedupNode,
+        df: pd.DataFrame,
+        ts: str,
+        state: StateReader,
+        wb: WriteBatch,
+        watermark: int | None = None,
     ) -> pd.DataFrame:
+        """Without a window: a row repeating the ``by`` values and the time of an earlier one
+        is dropped, at once. With a tumbling or session window: the last row per (``by``
+        values, window), emitted once the watermark closes the window (``_dedup_windowed``);
+        ``watermark=`` advances it without rows, as Spark does at the end of a backfill."""
+        if node.window is not None:
+            return self._dedup_windowed(node, node.window, df, ts, state, wb, watermark)
         ns = f"dedup:{self.scope}:{node.id}"
         by = list(node.by) or [c for c in df.columns if c != ts]
         reader = OverlayReader(state, wb)
@@ -459,21 +477,126 @@ class PipelineExecutor:
         stamps = _micros(df[ts])
         # of several duplicates arriving together, the first in (time, content) order stays
         for i in _time_content_order(df, ts):
-            t = stamps[i]
-            bucket = (
-                t
-                if node.window is None
-                else t // ((node.window.duration or node.window.gap or 1) * 1_000_000)
-            )
             ident = (
                 json.dumps([json_value(df[c].iloc[i]) for c in by], sort_keys=True).encode()
                 + b"\0"
-                + str(bucket).encode()
+                + str(stamps[i]).encode()
             )
             if reader.get(ns, ident) is None:
                 wb.put(ns, ident, b"1")
                 keep.append(i)
         return df.iloc[keep].reset_index(drop=True)
+
+    def _dedup_windowed(
+        self,
+        node: spec.DedupNode,
+        window: spec.WindowSpec,
+        df: pd.DataFrame,
+        ts: str,
+        state: StateReader,
+        wb: WriteBatch,
+        watermark: int | None,
+    ) -> pd.DataFrame:
+        """Dedup within a window: of the rows sharing the ``by`` values in one tumbling window
+        (``[k * duration, (k + 1) * duration)``) or one session (rows less than ``gap`` apart),
+        the last in (time, content) order is kept, with its own timestamp.
+
+        The window's row is emitted once, when the watermark (the newest event time the
+        operator has seen, or ``watermark``) reaches the window's end: a tumbling window's
+        end, a session's last event plus ``gap``. A row whose window has been emitted already
+        (a tumbling window the watermark had passed, or a time before the end of the key's
+        last emitted session) is late and dropped, as a windowed aggregate drops it.
+
+        State ``dedup:<scope>:<node>:open``: per ``by`` key, its open windows as ``[start,
+        end, time, row]`` (``row``: the kept row, canonical JSON) and ``upto``, the end of its
+        last emitted session; ``:timers``: (end, key) for every open window, so a key that
+        falls silent is still emitted when other keys move the watermark; ``:meta``: the
+        watermark. Rows are taken in (time, content) order and windows merge whatever the
+        batching, so the mock, the engine and Spark emit the same rows."""
+        base = f"dedup:{self.scope}:{node.id}"
+        open_ns, timers_ns, meta_ns = base + ":open", base + ":timers", base + ":meta"
+        session = window.kind == "session"
+        span = ((window.gap if session else window.duration) or 1) * 1_000_000
+        by = list(node.by) or [c for c in df.columns if c != ts]
+        cols = list(df.columns)
+        reader = OverlayReader(state, wb)
+        raw_mark = reader.get(meta_ns, b"watermark")
+        old_mark = None if raw_mark is None else int(raw_mark)
+        stamps = _micros(df[ts])
+        recs = to_records(df, cols)
+        keys: dict[bytes, dict[str, Any]] = {}
+
+        def load(k: bytes) -> dict[str, Any]:
+            if k not in keys:
+                raw = reader.get(open_ns, k)
+                keys[k] = {"upto": None, "open": []} if raw is None else loads(raw)
+            return keys[k]
+
+        for i in _time_content_order(df, ts):
+            t, rec = stamps[i], recs[i]
+            k = key_prefix(tuple(rec[c] for c in by))
+            st = load(k)
+            row = dumps(rec).decode()
+            if session:
+                if st["upto"] is not None and t < st["upto"]:
+                    continue  # late: within or before the key's last emitted session
+                near = [w for w in st["open"] if w[0] - span < t < w[1]]
+                merged = [min([t, *(w[0] for w in near)]), max([t + span, *(w[1] for w in near)])]
+                best = max([(t, row), *((w[2], w[3]) for w in near)])
+                st["open"] = [w for w in st["open"] if w not in near]
+                st["open"].append([*merged, *best])
+            else:
+                start = t // span * span
+                if old_mark is not None and start + span <= old_mark:
+                    continue  # late: its window has been emitted (or closed empty) already
+                same = [w for w in st["open"] if w[0] == start]
+                if not same:
+                    st["open"].append([start, start + span, t, row])
+                elif (t, row) > (same[0][2], same[0][3]):
+                    same[0][2:] = [t, row]
+            end = next(w[1] for w in st["open"] if w[0] <= t < w[1])
+            wb.put(timers_ns, _dedup_timer(end) + k, k)
+        mark = max([*stamps, *(m for m in (old_mark, watermark) if m is not None), -(2**62)])
+        wb.put(meta_ns, b"watermark", str(mark).encode())
+        reader = OverlayReader(state, wb)
+        due = set()
+        for timer, k in reader.scan(timers_ns, b"", _dedup_timer(mark + 1)):
+            due.add(k)
+            wb.delete(timers_ns, timer)
+        out: list[tuple[int, str]] = []
+        for k in keys.keys() | due:
+            st = load(k)
+            closed = [w for w in st["open"] if w[1] <= mark]
+            st["open"] = [w for w in st["open"] if w[1] > mark]
+            out.extend((w[2], w[3]) for w in closed)
+            if session and closed:
+                ends = [w[1] for w in closed] + ([] if st["upto"] is None else [st["upto"]])
+                st["upto"] = max(ends)
+            if st["open"]:
+                wb.put(timers_ns, _dedup_timer(min(w[1] for w in st["open"])) + k, k)
+            if st["open"] or st["upto"] is not None:
+                wb.put(open_ns, k, dumps(st))
+            else:
+                wb.delete(open_ns, k)
+        return self._dedup_rows(node, df, [loads(r.encode()) for _, r in sorted(out)])
+
+    def _dedup_rows(
+        self, node: spec.DedupNode, df: pd.DataFrame, records: list[dict[str, Any]]
+    ) -> pd.DataFrame:
+        """Rows kept in the state as JSON, back in the batch's column types (a dedup's input
+        and output share one schema, and every batch carries it, even an empty one)."""
+        out = pd.DataFrame(records, columns=list(df.columns))
+        for c in df.columns:
+            if pd.api.types.is_datetime64_any_dtype(df[c]):
+                out[c] = pd.to_datetime(out[c], utc=True, format="ISO8601")
+            elif df[c].dtype != object:
+                out[c] = out[c].astype(df[c].dtype)
+        return out
+
+
+def _dedup_timer(end_us: int) -> bytes:
+    """A timer key part sorting by window end (offset binary: negative times sort first)."""
+    return (end_us + 2**63).to_bytes(8, "big")
 
 
 def _micros(stamps: pd.Series) -> list[int]:

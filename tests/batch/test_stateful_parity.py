@@ -299,6 +299,42 @@ def test_dedup_in_a_tumbling_window(spark: Any, evs: list[dict[str, Any]]) -> No
     _assert_same(spark, [Ev, Hourly], "Hourly", evs)
 
 
+@given(evs=events_strategy)
+@EXAMPLES
+def test_dedup_in_a_session_window(spark: Any, evs: list[dict[str, Any]]) -> None:
+    """Also the mock fed the stream in event-time order over several logs: a session's row
+    does not depend on where the batches were cut."""
+
+    @meta(owner=OWNER)
+    @dataset
+    class Visit:
+        uid: int
+        v: float | None
+        s: str
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev)
+        def dedup(cls, ev):
+            return ev.dedup(by=["uid"], window=Session("20m"))
+
+    _assert_same(spark, [Ev, Visit], "Visit", evs)
+    rows = sorted(_rows(evs), key=lambda r: r["ts"])
+    whole = _mock_rows([Ev, Visit], "Visit", {"ev": rows})
+    mock = MockClient(strict=False)
+    mock.commit("parity", [Ev, Visit])
+    for part in (
+        rows[: len(rows) // 3],
+        rows[len(rows) // 3 : len(rows) // 2],
+        rows[len(rows) // 2 :],
+    ):
+        if part:
+            mock.log("hook", "ev", pd.DataFrame(part))
+    cols = _columns([Ev, Visit], "Visit")
+    parts = mock.get_dataset_df("Visit").to_dict("records")
+    assert _multiset(parts, cols) == _multiset(whole, cols)
+
+
 @given(
     evs=events_strategy,
     profiles=st.lists(
