@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintSet
@@ -182,6 +183,8 @@ class _Compiler:
             self.index(ds, ident, topic.name, errors.name)
         if ds.offline:
             self.offline(ds, ident, topic.name)
+        for out in dict.fromkeys(_kafka_sinks(ds)):
+            self.kafka_sink(ds, out, ident, topic.name, errors.name)
 
     def source(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, ident: dict[str, Any],
                topic: str, errors: str) -> None:  # fmt: skip
@@ -302,6 +305,32 @@ class _Compiler:
             table=plan.OfflineTable(ds, f"{ns}/{bucket_prefix}"), input_topic=topic,
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, oident, job))
+
+    def kafka_sink(self, ds: spec.DatasetSpec, out: spec.SinkSpec, ident: dict[str, Any],
+                   topic: str, errors: str) -> None:  # fmt: skip
+        """A Kafka sink's job: the dataset's topic -> Debezium change events on the sink's
+        topic (the user's, on the platform's cluster; not ours to create or delete)."""
+        ns, safe = self.ns, _safe(ds.name)
+        external = str(dict(out.connector.config).get("topic", ""))
+        label = f"sink-{_safe(external).replace('.', '_')}"
+        entity = f"{ds.name}#{label}"
+        sident = {**ident, "role": "kafka-sink", "connector": to_jsonable(out.connector),
+                  "cdc": out.cdc}  # fmt: skip
+        replay = self.replaylog(f"{ns}.replay.{safe}.{label}", entity, sident)
+        prefix = f"{ns}.sink.{safe}.v{ds.version}.{label}"
+        job = plan.KafkaSinkJobSpec(
+            name=_name("job", prefix, sident), partitions=self.partitions, dataset=ds, sink=out,
+            input_topic=topic, output_topic=external, error_topic=errors, replaylog=replay,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, sident, job))
+        self.snapshots(f"snapshots/{safe}.{label}", entity, {**sident, "role": "sink-snapshots"},
+                       job.name)  # fmt: skip
+
+
+def _kafka_sinks(ds: spec.DatasetSpec) -> list[spec.SinkSpec]:
+    """The dataset's Kafka sinks, once each (the env= selection already applied; sinks the
+    platform cannot write were refused at commit, ``commit.executable``)."""
+    return [replace(s, env=()) for s in ds.sinks if s.connector.kind == "kafka"]
 
 
 def compile_blueprints(

@@ -3,8 +3,10 @@
 - ``engine_shapes`` (definition server and mock alike): pipeline shapes the engine cannot
   cut into stages (``commit.stages``).
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
-  logged to it directly): sources the streaming engine has no reader for, and sinks, which
-  the platform does not write yet.
+  logged to it directly): sources the streaming engine has no reader for.
+- ``sinks`` (definition server only): sinks the platform cannot write exactly once: any but
+  Kafka, and Kafka on another cluster than the platform's (a connection with no
+  ``bootstrap_servers`` is the platform's, as it is for Kafka sources).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
+from fennel_dagster.settings import get_settings
 
 ENGINE_CONNECTORS = ("kafka", "webhook", "s3", "postgres")
 
@@ -56,14 +59,45 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
 
 
 def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """The platform writes Kafka sinks on its own cluster (in the runner's transaction: exactly
+    once); a sink elsewhere, on another cluster or another kind of store, is refused."""
     for ds in g.datasets.values():
         for out in ds.sinks:
             c = out.connector
-            yield Violation(ds.name, f"sink {c.kind}({c.name})",
-                "the platform does not write sinks yet (the mock client accepts them and, like "
-                "Fennel's, writes nothing)",
-                "read the dataset's own Kafka topic or its offline Delta table instead, or "
-                "select this sink out with env=")  # fmt: skip
+            where = f"sink {c.kind}({c.name})"
+            if c.kind != "kafka":
+                yield Violation(ds.name, where,
+                    f"the platform does not write {c.kind} sinks yet (it writes Kafka sinks on "
+                    "its own cluster; the mock client accepts every sink and, like Fennel's, "
+                    "writes nothing)",
+                    "sink to a Kafka topic on the platform's cluster, read the dataset's offline "
+                    "Delta table instead, or select this sink out with env=")  # fmt: skip
+                continue
+            cfg = dict(c.config)
+            if not cfg.get("topic"):
+                yield Violation(ds.name, where, "names no topic",
+                                f"use {c.name}.topic('<topic>') in @sink")  # fmt: skip
+            servers = str(cfg.get("bootstrap_servers") or "")
+            platform = get_settings().kafka_servers if servers else ""
+            if servers and _servers(servers) != _servers(platform):
+                yield Violation(ds.name, where,
+                    f"the platform does not write sinks on another Kafka cluster ({servers}): "
+                    "it writes a sink exactly once, in the transaction that reads the dataset, "
+                    f"and one transaction cannot span clusters (the platform's is {platform})",
+                    f"give Kafka(name={c.name!r}, bootstrap_servers={platform!r}) (or no "
+                    "bootstrap_servers) and mirror the topic to the other cluster, or select "
+                    "this sink out with env=")  # fmt: skip
+
+
+def _servers(bootstrap: str) -> frozenset[str]:
+    """A ``bootstrap.servers`` list as a set of ``host:port`` (scheme and case aside)."""
+    out = set()
+    for s in bootstrap.split(","):
+        s = s.strip().lower().split("://", 1)[-1]
+        host, _, port = s.rpartition(":")
+        host = "localhost" if host in ("127.0.0.1", "[::1]", "::1") else host
+        out.add(f"{host}:{port}" if host else s)
+    return frozenset(x for x in out if x)
 
 
 PLATFORM_RULES = (engine_connectors, sinks)

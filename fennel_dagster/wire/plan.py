@@ -15,7 +15,9 @@ Job kinds, one dataclass each:
 - ``S3IngestJobSpec``: new files under an S3 source's prefix -> the source's inbox topic
   (read by Spark), from which a ``SourceJobSpec`` applies the source's rules;
 - ``PostgresIngestJobSpec``: a Postgres table's rows past its cursor -> the source's inbox
-  (pulled by Spark over JDBC), likewise.
+  (pulled by Spark over JDBC), likewise;
+- ``KafkaSinkJobSpec``: a dataset's topic -> a ``@sink(Kafka(...).topic(t), cdc="debezium")``
+  topic on the platform's own cluster, as Debezium JSON change events.
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
@@ -30,10 +32,11 @@ from fennel_dagster.wire.spec import (
     DatasetSpec,
     FieldSpec,
     PipelineSpec,
+    SinkSpec,
     SourceSpec,
 )
 
-JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest"]
+JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest", "kafka_sink"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,27 @@ class IndexJobSpec:
 
 
 @dataclass(frozen=True)
+class KafkaSinkJobSpec:
+    """Writes every change of ``dataset`` (read from its topic, ``input_topic``) to the
+    sink's topic ``output_topic`` as one Debezium JSON change event each, in the same Kafka
+    transaction as the input offsets: exactly once, which is why the sink topic must live on
+    the platform's own cluster (``commit.executable``). Partition ``p`` reads partition ``p``
+    of the dataset topic; a keyed dataset's job keeps each key's current row in its state
+    (the events' ``before``)."""
+
+    KIND: ClassVar[JobKind] = "kafka_sink"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    sink: SinkSpec
+    input_topic: str
+    output_topic: str  # the sink's topic (the user's: the platform does not create it)
+    error_topic: str
+    replaylog: str
+
+
+@dataclass(frozen=True)
 class OfflineTable:
     """A dataset's offline table: a Delta table under ``prefix`` of the platform's bucket
     (one per physical version), partitioned by event date, kept ``dataset.history``."""
@@ -178,7 +202,8 @@ class PostgresIngestJobSpec(IngestFields):
     KIND: ClassVar[JobKind] = "pg_ingest"
 
 
-StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec  # Kafka in and out
+# Kafka in and out
+StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec | KafkaSinkJobSpec
 IngestJobSpec: TypeAlias = S3IngestJobSpec | PostgresIngestJobSpec  # Spark reads, Kafka out
 JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | IngestJobSpec
 JOB_SPECS: tuple[type[JobSpec], ...] = (
@@ -188,6 +213,7 @@ JOB_SPECS: tuple[type[JobSpec], ...] = (
     OfflineJobSpec,
     S3IngestJobSpec,
     PostgresIngestJobSpec,
+    KafkaSinkJobSpec,
 )
 
 
@@ -210,7 +236,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
     """Every topic the job consumes (for lag and health reports)."""
     if isinstance(job, SourceJobSpec):
         return (job.external_topic,)
-    if isinstance(job, IndexJobSpec | OfflineJobSpec):
+    if isinstance(job, IndexJobSpec | OfflineJobSpec | KafkaSinkJobSpec):
         return (job.input_topic,)
     if isinstance(job, IngestFields):
         return ()

@@ -169,7 +169,7 @@ def test_connections_by_name_alone() -> None:
     assert S3.get(name="s3").name == "s3"
 
 
-def test_sinks_follow_fennels_rules_and_the_platform_refuses_them() -> None:
+def test_sinks_follow_fennels_rules_and_the_platform_writes_only_its_own_kafka() -> None:
     kafka = Kafka(name="out")
     with pytest.raises(DeclarationError, match="cdc='debezium'"):
         sink(kafka.topic("t"), cdc="append")
@@ -187,9 +187,23 @@ def test_sinks_follow_fennels_rules_and_the_platform_refuses_them() -> None:
     spec = commit_spec("sinks", [S])
     assert spec.datasets[0].sinks[0].connector.config == (
         ("format", "json"), ("topic", "spend_changes"))  # fmt: skip
-    errors = validate(spec, None, PLATFORM_RULES)  # what the definition server runs
-    assert [(e.entity, e.where) for e in errors] == [("S", "sink kafka(out)")], errors
-    assert "does not write sinks" in errors[0].message and "env=" in errors[0].fix
+    # what the definition server runs: a Kafka sink on the platform's cluster (a connection
+    # named without bootstrap servers is the platform's, as for sources) is written
+    assert validate(spec, None, PLATFORM_RULES) == []
+
+    far = Kafka(name="far", bootstrap_servers="elsewhere:9092")
+
+    @sink(far.topic("spend_changes"), cdc="debezium")
+    @source(WEBHOOK.endpoint("S"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class Far:
+        uid: int = field(key=True)
+        ts: datetime
+
+    errors = validate(commit_spec("far", [Far]), None, PLATFORM_RULES)
+    assert [(e.entity, e.where) for e in errors] == [("Far", "sink kafka(far)")], errors
+    assert "another Kafka cluster (elsewhere:9092)" in errors[0].message
+    assert "env=" in errors[0].fix
 
 
 def test_expressions_type_and_evaluate_as_in_fennel() -> None:

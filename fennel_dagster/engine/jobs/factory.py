@@ -7,6 +7,7 @@ from collections.abc import Callable
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.index import IndexJob
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
+from fennel_dagster.engine.jobs.sink import KafkaSinkJob
 from fennel_dagster.engine.jobs.source import SourceJob
 from fennel_dagster.wire import plan
 
@@ -17,4 +18,6 @@ def build_job(job: plan.StreamJobSpec, topic_partitions: Callable[[str], int]) -
         return PipelineJob(job)
     if isinstance(job, plan.IndexJobSpec):
         return IndexJob(job)
+    if isinstance(job, plan.KafkaSinkJobSpec):
+        return KafkaSinkJob(job, topic_partitions(job.output_topic))
     return SourceJob(job, topic_partitions(job.external_topic))
