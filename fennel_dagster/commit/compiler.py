@@ -185,6 +185,8 @@ class _Compiler:
             self.offline(ds, ident, topic.name)
         for out in dict.fromkeys(_kafka_sinks(ds)):
             self.kafka_sink(ds, out, ident, topic.name, errors.name)
+        for out in _s3_sinks(ds):
+            self.s3_sink(ds, out, ident, topic.name)
 
     def source(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, ident: dict[str, Any],
                topic: str, errors: str) -> None:  # fmt: skip
@@ -325,6 +327,39 @@ class _Compiler:
         self.out.append(job_blueprint(prefix, entity, sident, job))
         self.snapshots(f"snapshots/{safe}.{label}", entity, {**sident, "role": "sink-snapshots"},
                        job.name)  # fmt: skip
+
+    def s3_sink(self, ds: spec.DatasetSpec, out: spec.SinkSpec, ident: dict[str, Any],
+                topic: str) -> None:  # fmt: skip
+        """An S3 sink's job: the dataset's topic -> a Delta table at the sink's bucket and
+        prefix, written by the offline writer (the bucket is the user's: no blueprint of ours
+        creates or deletes it)."""
+        ns, safe = self.ns, _safe(ds.name)
+        bucket, prefix = _s3_location(out)
+        label = f"sink-{_safe(f'{bucket}/{prefix}'.rstrip('/')).replace('.', '_')}"
+        sident = {**ident, "role": "s3-sink", "bucket": bucket, "prefix": prefix}
+        name_prefix = f"{ns}.s3sink.{safe}.v{ds.version}.{label}"
+        job = plan.S3SinkJobSpec(
+            name=_name("job", name_prefix, sident), partitions=1,
+            table=plan.OfflineTable(ds, prefix, bucket), sink=out, input_topic=topic,
+        )  # fmt: skip
+        self.out.append(job_blueprint(name_prefix, f"{ds.name}#{label}", sident, job))
+
+
+def _s3_location(out: spec.SinkSpec) -> tuple[str, str]:
+    """An S3 sink's (bucket, key prefix of its Delta table, "/" last unless empty)."""
+    cfg = dict(out.connector.config)
+    prefix = str(cfg.get("prefix") or "").strip("/")
+    return str(cfg.get("bucket") or ""), f"{prefix}/" if prefix else ""
+
+
+def _s3_sinks(ds: spec.DatasetSpec) -> list[spec.SinkSpec]:
+    """The dataset's S3 sinks, one per table location (after env=; the rest of what the
+    platform cannot write was refused at commit, ``commit.executable``)."""
+    by_location: dict[tuple[str, str], spec.SinkSpec] = {}
+    for s in ds.sinks:
+        if s.connector.kind == "s3":
+            by_location.setdefault(_s3_location(s), replace(s, env=()))
+    return list(by_location.values())
 
 
 def _kafka_sinks(ds: spec.DatasetSpec) -> list[spec.SinkSpec]:

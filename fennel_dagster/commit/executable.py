@@ -5,8 +5,10 @@
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
   logged to it directly): sources the streaming engine has no reader for.
 - ``sinks`` (definition server only): sinks the platform cannot write exactly once: any but
-  Kafka, and Kafka on another cluster than the platform's (a connection with no
-  ``bootstrap_servers`` is the platform's, as it is for Kafka sources).
+  Kafka and S3, Kafka on another cluster than the platform's (a connection with no
+  ``bootstrap_servers`` is the platform's, as it is for Kafka sources), and S3 sinks it cannot
+  write as a Delta table of its own in a bucket of the platform's object store (the offline
+  writer's table, each commit recording the offsets it holds).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
 from fennel_dagster.settings import get_settings
+from fennel_dagster.wire.spec import SinkSpec
 
 ENGINE_CONNECTORS = ("kafka", "webhook", "s3", "postgres")
 
@@ -60,18 +63,25 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
 
 def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     """The platform writes Kafka sinks on its own cluster (in the runner's transaction: exactly
-    once); a sink elsewhere, on another cluster or another kind of store, is refused."""
+    once) and S3 sinks as Delta tables on its object store (the offline writer's commits record
+    their offsets); a sink elsewhere, on another cluster or another kind of store, is
+    refused."""
+    tables: dict[tuple[str, str], str] = {}  # S3 sink location -> the dataset writing it
     for ds in g.datasets.values():
         for out in ds.sinks:
             c = out.connector
             where = f"sink {c.kind}({c.name})"
+            if c.kind == "s3":
+                yield from _s3_sink(ds.name, where, out, tables)
+                continue
             if c.kind != "kafka":
                 yield Violation(ds.name, where,
                     f"the platform does not write {c.kind} sinks yet (it writes Kafka sinks on "
-                    "its own cluster; the mock client accepts every sink and, like Fennel's, "
-                    "writes nothing)",
-                    "sink to a Kafka topic on the platform's cluster, read the dataset's offline "
-                    "Delta table instead, or select this sink out with env=")  # fmt: skip
+                    "its own cluster and S3 sinks as Delta tables on its object store; the "
+                    "mock client accepts every sink and, like Fennel's, writes nothing)",
+                    "sink to a Kafka topic on the platform's cluster or to an S3 Delta table, "
+                    "read the dataset's offline Delta table instead, or select this sink out "
+                    "with env=")  # fmt: skip
                 continue
             cfg = dict(c.config)
             if not cfg.get("topic"):
@@ -87,6 +97,52 @@ def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                     f"give Kafka(name={c.name!r}, bootstrap_servers={platform!r}) (or no "
                     "bootstrap_servers) and mirror the topic to the other cluster, or select "
                     "this sink out with env=")  # fmt: skip
+
+
+def _s3_sink(name: str, where: str, out: SinkSpec,
+             tables: dict[tuple[str, str], str]) -> Iterable[Violation]:  # fmt: skip
+    """An S3 sink is a Delta table the offline writer fills, incrementally, with the dataset's
+    columns as they are, in a bucket of the platform's object store other than its own."""
+    cfg = dict(out.connector.config)
+    bucket, fmt = str(cfg.get("bucket") or ""), cfg.get("format")
+    if fmt != "delta":
+        yield Violation(name, where, f"the platform writes S3 sinks as Delta tables, not {fmt!r}",
+                        "give format='delta' in .bucket(...)")  # fmt: skip
+    if out.how != "incremental" or out.cdc is not None:
+        yield Violation(name, where, "an S3 sink is written incrementally, with no cdc",
+                        "give how='incremental' and no cdc= in @sink")  # fmt: skip
+    if not bucket:
+        yield Violation(name, where, "names no bucket",
+                        f"use {out.connector.name}.bucket('<bucket>', prefix='<prefix>')")  # fmt: skip
+    if cfg.get("path"):
+        yield Violation(name, where, "gives path= (a sink writes a table under a prefix)",
+                        f"use {out.connector.name}.bucket({bucket!r}, prefix='<prefix>')")  # fmt: skip
+    for bad, what in ((bool(out.renames), "renames="), (out.since is not None, "since="),
+                      (out.until is not None, "until=")):  # fmt: skip
+        if bad:
+            yield Violation(name, where,
+                f"the platform does not apply {what} to S3 sinks yet (it writes every row of "
+                "the dataset, with its own column names)",
+                f"drop {what} from @sink (rename or filter in a pipeline into another dataset "
+                "and sink that), or select this sink out with env=")  # fmt: skip
+    platform = get_settings().s3_bucket
+    if bucket == platform:
+        yield Violation(name, where,
+            f"writes into the platform's own bucket {platform!r}, which holds its offline "
+            "tables and snapshots",
+            "sink to another bucket of the object store")  # fmt: skip
+    if not bucket or bucket == platform:
+        return
+    prefix = str(cfg.get("prefix") or "").strip("/")
+    here = (bucket, f"{prefix}/" if prefix else "")
+    for (b, p), other in tables.items():
+        nested = p.startswith(here[1]) or here[1].startswith(p)
+        if b == bucket and nested and ((b, p) != here or other != name):  # one's own: deduped
+            yield Violation(name, where,
+                f"writes s3://{bucket}/{here[1]}, where the S3 sink of {other} writes "
+                f"s3://{b}/{p}: one Delta table holds one dataset's rows",
+                "give each dataset's sink a prefix of its own")  # fmt: skip
+    tables.setdefault(here, name)
 
 
 def _servers(bootstrap: str) -> frozenset[str]:

@@ -6,6 +6,10 @@ every topic partition they came from; on start the writer seeks to the offsets t
 records. A crash anywhere leaves either the whole commit or none of it, and the restart
 resumes from what the table says: no row is lost or written twice. A second writer (a
 zombie after a hand-over) conflicts at its next commit (conditional put) and stops.
+
+An S3 sink (``plan.S3SinkJobSpec``) is written the same way into its own table, in the sink's
+bucket of the platform's object store. That bucket is the user's: the writer does not create
+it (a missing one fails the job, naming it) and never expires the sink's rows.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.jobs.common import decode_rows
 from fennel_dagster.engine.kafka_clients import consumer, in_message, topic_partitions
 from fennel_dagster.engine.messages import InMessage
+from fennel_dagster.errors import EngineError
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.offline.table import OfflineTable, TableConflict, to_arrow
+from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 
@@ -33,18 +39,49 @@ FLUSH_ROWS = 50_000  # a commit per this many rows at most (else every offline_f
 EXPIRE_EVERY_S = 3600.0
 
 
+class MissingSinkBucket(EngineError):
+    """An S3 sink's bucket is not on the platform's object store (the platform writes into
+    the user's bucket; it does not create one)."""
+
+
 class OfflineWriter:
     def __init__(self, settings: Settings, job: JobRow, owner: str) -> None:
-        assert isinstance(job.spec, plan.OfflineJobSpec), job.name
+        assert isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec), job.name
         self.settings = settings
         self.job = job
-        self.spec: plan.OfflineJobSpec = job.spec
+        self.spec: plan.OfflineJobSpec | plan.S3SinkJobSpec = job.spec
+        self.sink = isinstance(job.spec, plan.S3SinkJobSpec)
         self.owner = owner
         self.table = OfflineTable(settings, self.spec.table)
         self.commits = 0
         self.rows = 0
 
+    def check_bucket(self) -> None:
+        """An S3 sink's bucket must exist (the platform's own bucket is the stack's)."""
+        if not self.sink:
+            return
+        bucket = self.table.bucket
+        if self.settings.s3_url is None:
+            exists = (self.settings.local_object_dir / bucket).is_dir()
+        else:
+            client = s3_client(self.settings)
+            try:
+                client.head_bucket(Bucket=bucket)
+                exists = True
+            except client.exceptions.ClientError as e:
+                if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                    raise  # anything but "not there" (S3 down, no access) is not ours to judge
+                exists = False
+        if not exists:
+            name = self.spec.dataset.name
+            raise MissingSinkBucket(
+                f"{self.job.name}: the S3 sink of {name} writes s3://{bucket}/{self.table.prefix}, "
+                f"but bucket {bucket!r} does not exist on the platform's object store; create it "
+                "(the platform writes into the sink's bucket, it does not create one)"
+            )
+
     def run(self, stop: threading.Event, beat: Callable[[], None]) -> None:
+        self.check_bucket()
         topic = self.spec.input_topic
         parts = topic_partitions(self.settings, topic, self.job.name)
         done = self.table.committed_offsets(topic, parts)
@@ -61,7 +98,7 @@ class OfflineWriter:
                 if now - last_beat > 2.0:
                     beat()
                     last_beat = now
-                if now - last_expire > EXPIRE_EVERY_S:
+                if not self.sink and now - last_expire > EXPIRE_EVERY_S:
                     self.table.expire(dt.datetime.now(dt.UTC))
                     last_expire = now
                 batch = c.consume(num_messages=5000, timeout=0.5)

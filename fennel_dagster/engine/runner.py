@@ -93,7 +93,7 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
-        if isinstance(job.spec, plan.OfflineJobSpec | plan.IngestFields):
+        if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec | plan.IngestFields):
             raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings
         self.job = job
@@ -338,7 +338,7 @@ def run_forever(
 
             beat()
             with beating_until_loop(beat) as loop_beat:
-                if isinstance(job.spec, plan.OfflineJobSpec):
+                if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.S3IngestJobSpec):
                     spark = spark_session(settings, app=job.name)

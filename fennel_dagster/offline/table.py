@@ -116,6 +116,7 @@ class OfflineTable:
         self.settings = settings
         self.dataset = table.dataset
         self.prefix = table.prefix
+        self.bucket = table.bucket or settings.s3_bucket  # an S3 sink's, else the platform's
         self.schema = arrow_schema(table.dataset)
         self._options = storage_options(settings)
         self._table: DeltaTable | None = None
@@ -123,15 +124,15 @@ class OfflineTable:
     @property
     def uri(self) -> str:
         if self.settings.s3_url is None:
-            return str(self.settings.local_object_dir / self.settings.s3_bucket / self.prefix)
-        return f"s3://{self.settings.s3_bucket}/{self.prefix.rstrip('/')}"
+            return str(self.settings.local_object_dir / self.bucket / self.prefix)
+        return f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
 
     @property
     def spark_path(self) -> str:
         """The path Spark reads the table at (S3A)."""
         if self.settings.s3_url is None:
             return self.uri
-        return f"s3a://{self.settings.s3_bucket}/{self.prefix.rstrip('/')}"
+        return f"s3a://{self.bucket}/{self.prefix.rstrip('/')}"
 
     def exists(self) -> bool:
         return self._load() is not None

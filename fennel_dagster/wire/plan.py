@@ -17,17 +17,22 @@ Job kinds, one dataclass each:
 - ``PostgresIngestJobSpec``: a Postgres table's rows past its cursor -> the source's inbox
   (pulled by Spark over JDBC), likewise;
 - ``KafkaSinkJobSpec``: a dataset's topic -> a ``@sink(Kafka(...).topic(t), cdc="debezium")``
-  topic on the platform's own cluster, as Debezium JSON change events.
+  topic on the platform's own cluster, as Debezium JSON change events;
+- ``S3SinkJobSpec``: a dataset's topic -> a ``@sink(S3(...).bucket(b, prefix=p,
+  format="delta"), how="incremental")`` Delta table at ``s3://b/p`` on the platform's object
+  store, written by the offline writer exactly as an offline table (its own kind, so nothing
+  that looks for a dataset's offline table finds a sink's).
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeAlias
 
 from fennel_dagster.wire.spec import (
+    OMITTED_WHEN_DEFAULT,
     AggregateNode,
     DatasetSpec,
     FieldSpec,
@@ -36,7 +41,9 @@ from fennel_dagster.wire.spec import (
     SourceSpec,
 )
 
-JobKind = Literal["source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest", "kafka_sink"]
+JobKind = Literal[
+    "source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest", "kafka_sink", "s3_sink"
+]
 
 
 @dataclass(frozen=True)
@@ -146,10 +153,13 @@ class KafkaSinkJobSpec:
 @dataclass(frozen=True)
 class OfflineTable:
     """A dataset's offline table: a Delta table under ``prefix`` of the platform's bucket
-    (one per physical version), partitioned by event date, kept ``dataset.history``."""
+    (one per physical version), partitioned by event date, kept ``dataset.history``. An S3
+    sink's table names its own ``bucket`` on the platform's object store (empty: the
+    platform's bucket; omitted from the encoding then, so offline jobs keep their hashes)."""
 
     dataset: DatasetSpec
-    prefix: str  # the object-store key prefix, namespace included, ending in "/"
+    prefix: str  # the object-store key prefix (an offline table's: namespace included, "/" last)
+    bucket: str = field(default="", metadata=OMITTED_WHEN_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -163,6 +173,26 @@ class OfflineJobSpec:
     name: str
     partitions: int
     table: OfflineTable
+    input_topic: str
+
+    @property
+    def dataset(self) -> DatasetSpec:
+        return self.table.dataset
+
+
+@dataclass(frozen=True)
+class S3SinkJobSpec:
+    """Writes every row of ``input_topic`` into the sink's Delta ``table`` (its ``bucket`` and
+    prefix) exactly once, as ``OfflineJobSpec`` does the dataset's offline table: one writer
+    reads all of the topic's partitions and each commit records the offsets it covers. The
+    table is the user's: the platform neither creates its bucket nor expires its rows."""
+
+    KIND: ClassVar[JobKind] = "s3_sink"
+
+    name: str
+    partitions: int
+    table: OfflineTable
+    sink: SinkSpec
     input_topic: str
 
     @property
@@ -205,7 +235,7 @@ class PostgresIngestJobSpec(IngestFields):
 # Kafka in and out
 StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec | KafkaSinkJobSpec
 IngestJobSpec: TypeAlias = S3IngestJobSpec | PostgresIngestJobSpec  # Spark reads, Kafka out
-JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | IngestJobSpec
+JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | S3SinkJobSpec | IngestJobSpec
 JOB_SPECS: tuple[type[JobSpec], ...] = (
     SourceJobSpec,
     PipelineJobSpec,
@@ -214,6 +244,7 @@ JOB_SPECS: tuple[type[JobSpec], ...] = (
     S3IngestJobSpec,
     PostgresIngestJobSpec,
     KafkaSinkJobSpec,
+    S3SinkJobSpec,
 )
 
 
@@ -236,7 +267,7 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
     """Every topic the job consumes (for lag and health reports)."""
     if isinstance(job, SourceJobSpec):
         return (job.external_topic,)
-    if isinstance(job, IndexJobSpec | OfflineJobSpec | KafkaSinkJobSpec):
+    if isinstance(job, IndexJobSpec | OfflineJobSpec | KafkaSinkJobSpec | S3SinkJobSpec):
         return (job.input_topic,)
     if isinstance(job, IngestFields):
         return ()

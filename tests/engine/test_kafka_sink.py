@@ -37,7 +37,7 @@ from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.sources import S3, Kafka, sink
+from fennel_dagster.sources import HTTP, Kafka, sink
 from fennel_dagster.wire import plan
 from tests.engine.harness import Fleet, commit, create_topic, wait_for
 
@@ -291,7 +291,7 @@ def test_a_kafka_sink_gets_each_change_once_in_order_across_a_restart(
 
 
 @pytest.mark.services
-def test_sinks_on_another_cluster_or_s3_are_refused_by_the_real_commit(
+def test_sinks_on_another_cluster_or_http_are_refused_by_the_real_commit(
     engine_settings: Settings,
 ) -> None:
     s = engine_settings
@@ -302,18 +302,18 @@ def test_sinks_on_another_cluster_or_s3_are_refused_by_the_real_commit(
     assert "sink kafka(changes)" in text and "another Kafka cluster (elsewhere:9092)" in text
 
     @meta(owner=OWNER)
-    @sink(S3(name="lake").bucket("b", prefix="p", format="delta"), how="incremental")
+    @sink(HTTP(name="api").path("/changes"))
     @source(Kafka(name="profiles").topic(f"{s.namespace}.raw"), disorder="14d", cdc="upsert")
     @dataset(index=True)
-    class Lake:
+    class Hook:
         uid: int = field(key=True)
         ts: datetime
 
     with LocalClient(s) as c, pytest.raises(CommitRejected) as err:
-        c.commit("lake", datasets=[Lake])
+        c.commit("hook", datasets=[Hook])
     text = str(err.value)
-    assert "sink s3(lake)" in text and "does not write s3 sinks" in text
-    MockClient().commit("lake", datasets=[Lake])  # the mock accepts both, writing nothing
+    assert "sink http(api)" in text and "does not write http sinks" in text
+    MockClient().commit("hook", datasets=[Hook])  # the mock accepts both, writing nothing
     MockClient().commit("far", datasets=[far])
 
 
