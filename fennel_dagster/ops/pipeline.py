@@ -241,12 +241,11 @@ class PipelineExecutor:
                 keep.append(bool(v) if v is not None and v is not pd.NA else False)
                 continue
             keep.append(False)
-            res.errors.append(RowError(
-                self.p.dataset, self._where(node),
+            self._error_row(
+                node, res, df.iloc[i],
                 f"the filter function returned {v!r} ({type(v).__name__}), not a bool: "
                 "return a boolean Series, e.g. df['city'] == 'London'",
-                {k: json_value(x) for k, x in df.iloc[i].items()},
-            ))  # fmt: skip
+            )  # fmt: skip
         return pd.Series(keep, dtype=bool)
 
     def _declared(
@@ -263,12 +262,11 @@ class PipelineExecutor:
         if not isinstance(out, pd.DataFrame) or [n for n in names if n not in out.columns]:
             got = list(map(str, out.columns)) if isinstance(out, pd.DataFrame) else type(out)
             for i in range(len(df)):  # the input rows, so none is lost
-                res.errors.append(RowError(
-                    self.p.dataset, self._where(node),
+                self._error_row(
+                    node, res, df.iloc[i],
                     f"the transform returned {got}, but its schema declares {names}: return "
                     "a DataFrame with every declared column",
-                    {k: json_value(v) for k, v in df.iloc[i].items()},
-                ))  # fmt: skip
+                )  # fmt: skip
             return pd.DataFrame(columns=names)
         out = out[names].reset_index(drop=True)
         bad: dict[int, str] = {}
@@ -279,12 +277,8 @@ class PipelineExecutor:
         if not bad:
             return out
         for i, why in sorted(bad.items()):
-            res.errors.append(RowError(
-                self.p.dataset, self._where(node), why,
-                {k: json_value(v) for k, v in out.iloc[i].items()},
-            ))  # fmt: skip
-        keep = ~pd.Series([i in bad for i in range(len(out))])
-        return out[keep.to_numpy()].reset_index(drop=True)
+            self._error_row(node, res, out.iloc[i], why)
+        return out[_kept(len(out), bad)].reset_index(drop=True)
 
     def _fitting(
         self,
@@ -300,15 +294,16 @@ class PipelineExecutor:
         if not bad:
             return df, values
         for i, why in bad.items():
-            res.errors.append(RowError(
-                self.p.dataset, self._where(node),
-                f"assign {c.name!r} (declared {render(c.dtype)}): the function returned {why}",
-                {k: json_value(v) for k, v in df.iloc[i].items()},
-            ))  # fmt: skip
-        keep = ~pd.Series([i in bad for i in range(len(df))])
-        return df[keep.to_numpy()].reset_index(drop=True), values[keep.to_numpy()].reset_index(
-            drop=True
-        )
+            self._error_row(node, res, df.iloc[i],
+                            f"assign {c.name!r} (declared {render(c.dtype)}): the function "
+                            f"returned {why}")  # fmt: skip
+        keep = _kept(len(df), bad)
+        return df[keep].reset_index(drop=True), values[keep].reset_index(drop=True)
+
+    def _error_row(self, node: spec.Node, res: BatchResult, row: pd.Series, reason: str) -> None:
+        """One input row to the dataset's error rows, with where and why."""
+        res.errors.append(RowError(self.p.dataset, self._where(node), reason,
+                                   {k: json_value(v) for k, v in row.items()}))  # fmt: skip
 
     def _bad_rows(
         self, node: spec.Node, df: pd.DataFrame, first: Exception, res: BatchResult
@@ -328,10 +323,7 @@ class PipelineExecutor:
                     fn(row.reset_index(drop=True))
             except Exception as e:  # noqa: BLE001
                 bad.iloc[i] = True
-                res.errors.append(
-                    RowError(self.p.dataset, self._where(node), f"{type(e).__name__}: {e}",
-                             {k: json_value(v) for k, v in row.iloc[0].items()})
-                )  # fmt: skip
+                self._error_row(node, res, row.iloc[0], f"{type(e).__name__}: {e}")
         return bad
 
     def _join(
@@ -592,6 +584,11 @@ class PipelineExecutor:
             elif df[c].dtype != object:
                 out[c] = out[c].astype(df[c].dtype)
         return out
+
+
+def _kept(n: int, bad: Mapping[int, str]) -> np.ndarray:
+    """A mask of the ``n`` rows whose positions are not in ``bad``."""
+    return np.array([i not in bad for i in range(n)], dtype=bool)
 
 
 def _dedup_timer(end_us: int) -> bytes:
