@@ -67,11 +67,10 @@ def _not_found_as_null(
     int), so callers compare with ``pd.NA`` and apply defaults as Fennel's do."""
     rows = rows.copy()
     missing = ~found.to_numpy(dtype=bool)
+    absent = bool(missing.any())  # the common case, all found, only casts
     for c in rows.columns:
         if c in ds.keys or c == ds.timestamp:
             continue
-        col = rows[c].astype(object)
-        if missing.any():
-            col = col.where(~missing, None)
+        col = rows[c].astype(object).where(~missing, None) if absent else rows[c]
         rows[c] = astype(col, types[c]) if c in types else col
     return rows
