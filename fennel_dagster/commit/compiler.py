@@ -187,6 +187,8 @@ class _Compiler:
             self.kafka_sink(ds, out, ident, topic.name, errors.name)
         for out in _s3_sinks(ds):
             self.s3_sink(ds, out, ident, topic.name)
+        for out in dict.fromkeys(_http_sinks(ds)):
+            self.http_sink(ds, out, ident, topic.name, errors.name)
 
     def source(self, ds: spec.DatasetSpec, i: int, src: spec.SourceSpec, ident: dict[str, Any],
                topic: str, errors: str) -> None:  # fmt: skip
@@ -344,6 +346,40 @@ class _Compiler:
         )  # fmt: skip
         self.out.append(job_blueprint(name_prefix, f"{ds.name}#{label}", sident, job))
 
+    def http_sink(self, ds: spec.DatasetSpec, out: spec.SinkSpec, ident: dict[str, Any],
+                  topic: str, errors: str) -> None:  # fmt: skip
+        """An HTTP sink: a change job writes the dataset's changes, exactly once, to an outbox
+        topic of ours (kept 7 days: an endpoint down longer loses its oldest changes), and a
+        delivery job POSTs the outbox to the endpoint. The two are apart so that a slow or
+        failing endpoint holds back only its own delivery, never the engine's transactions."""
+        ns, safe = self.ns, _safe(ds.name)
+        cfg = dict(out.connector.config)
+        where = f"{out.connector.name}{cfg.get('endpoint', '')}"
+        label = f"http-{_safe(where).replace('.', '_')}"
+        entity = f"{ds.name}#{label}"
+        sident = {**ident, "role": "http-sink", "connector": to_jsonable(out.connector),
+                  "cdc": out.cdc}  # fmt: skip
+        outbox = self.topic(f"{ns}.httpout.{safe}.v{ds.version}.{label}", entity, sident,
+                            "http-outbox", self.partitions, [],
+                            {"cleanup.policy": "delete", "retention.ms": str(7 * 86400 * 1000)})  # fmt: skip
+        replay = self.replaylog(f"{ns}.replay.{safe}.{label}", entity, sident)
+        cident = {**sident, "role": "http-changes"}
+        prefix = f"{ns}.sink.{safe}.v{ds.version}.{label}"
+        changes = plan.KafkaSinkJobSpec(
+            name=_name("job", prefix, cident), partitions=self.partitions, dataset=ds, sink=out,
+            input_topic=topic, output_topic=outbox.name, error_topic=errors, replaylog=replay,
+        )  # fmt: skip
+        self.out.append(job_blueprint(prefix, entity, cident, changes))
+        self.snapshots(f"snapshots/{safe}.{label}", entity, {**sident, "role": "sink-snapshots"},
+                       changes.name)  # fmt: skip
+        dprefix = f"{ns}.httpsink.{safe}.v{ds.version}.{label}"
+        dident = {**sident, "role": "http-delivery"}
+        delivery = plan.HttpSinkJobSpec(
+            name=_name("job", dprefix, dident), partitions=self.partitions, dataset=ds, sink=out,
+            input_topic=outbox.name, error_topic=errors,
+        )  # fmt: skip
+        self.out.append(job_blueprint(dprefix, entity, dident, delivery))
+
 
 def _s3_location(out: spec.SinkSpec) -> tuple[str, str]:
     """An S3 sink's (bucket, key prefix of its Delta table, "/" last unless empty)."""
@@ -366,6 +402,11 @@ def _kafka_sinks(ds: spec.DatasetSpec) -> list[spec.SinkSpec]:
     """The dataset's Kafka sinks, once each (the env= selection already applied; sinks the
     platform cannot write were refused at commit, ``commit.executable``)."""
     return [replace(s, env=()) for s in ds.sinks if s.connector.kind == "kafka"]
+
+
+def _http_sinks(ds: spec.DatasetSpec) -> list[spec.SinkSpec]:
+    """The dataset's HTTP sinks, once each (as ``_kafka_sinks``)."""
+    return [replace(s, env=()) for s in ds.sinks if s.connector.kind == "http"]
 
 
 def compile_blueprints(

@@ -4,22 +4,30 @@
   cut into stages (``commit.stages``).
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
   logged to it directly): sources the streaming engine has no reader for.
-- ``sinks`` (definition server only): sinks the platform cannot write exactly once: any but
-  Kafka and S3, Kafka on another cluster than the platform's (a connection with no
-  ``bootstrap_servers`` is the platform's, as it is for Kafka sources), and S3 sinks it cannot
-  write as a Delta table of its own in a bucket of the platform's object store (the offline
-  writer's table, each commit recording the offsets it holds).
+- ``sinks`` (definition server only): sinks the platform cannot write: Snowflake, Kafka on
+  another cluster than the platform's (a connection with no ``bootstrap_servers`` is the
+  platform's, as it is for Kafka sources), S3 sinks it cannot write as a Delta table of its
+  own in a bucket of the platform's object store (the offline writer's table, each commit
+  recording the offsets it holds), and HTTP sinks whose host is a secret or whose health
+  check fails (Fennel checks an HTTP sink's ``healthz`` at commit too).
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import httpx
 
 from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
 from fennel_dagster.settings import get_settings
+from fennel_dagster.wire.http_endpoint import HttpEndpoint
 from fennel_dagster.wire.spec import SinkSpec
+
+HEALTHZ_TIMEOUT_S = 5.0
 
 ENGINE_CONNECTORS = ("kafka", "webhook", "s3", "postgres")
 
@@ -74,14 +82,19 @@ def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
             if c.kind == "s3":
                 yield from _s3_sink(ds.name, where, out, tables)
                 continue
+            if c.kind == "http":
+                old = prev.datasets.get(ds.name) if prev is not None else None
+                yield from _http_sink(ds.name, where, out, old is not None and out in old.sinks)
+                continue
             if c.kind != "kafka":
                 yield Violation(ds.name, where,
                     f"the platform does not write {c.kind} sinks yet (it writes Kafka sinks on "
-                    "its own cluster and S3 sinks as Delta tables on its object store; the "
-                    "mock client accepts every sink and, like Fennel's, writes nothing)",
-                    "sink to a Kafka topic on the platform's cluster or to an S3 Delta table, "
-                    "read the dataset's offline Delta table instead, or select this sink out "
-                    "with env=")  # fmt: skip
+                    "its own cluster, S3 sinks as Delta tables on its object store and HTTP "
+                    "sinks; the mock client accepts every sink and, like Fennel's, writes "
+                    "nothing)",
+                    "sink to a Kafka topic on the platform's cluster, to an S3 Delta table or "
+                    "to an HTTP endpoint, read the dataset's offline Delta table instead, or "
+                    "select this sink out with env=")  # fmt: skip
                 continue
             cfg = dict(c.config)
             if not cfg.get("topic"):
@@ -143,6 +156,38 @@ def _s3_sink(name: str, where: str, out: SinkSpec,
                 f"s3://{b}/{p}: one Delta table holds one dataset's rows",
                 "give each dataset's sink a prefix of its own")  # fmt: skip
     tables.setdefault(here, name)
+
+
+def _http_sink(name: str, where: str, out: SinkSpec, committed: bool) -> Iterable[Violation]:
+    """An HTTP sink needs a host the platform can read (not a secret: it resolves none) and,
+    when new in this commit, an endpoint whose ``healthz`` answers 2xx, as Fennel checks."""
+    cfg = dict(out.connector.config)
+    conn = out.connector.name
+    for ref, what in (("host_ref", "host"), ("ca_cert_ref", "ca_cert")):
+        if cfg.get(ref):
+            yield Violation(name, where,
+                f"its {what} is a Secret, and the platform resolves no AWS secrets",
+                f"give HTTP(name={conn!r}, {what}=...) its value (e.g. from an environment "
+                "variable), or select this sink out with env=")  # fmt: skip
+    host = str(cfg.get("host") or "")
+    if cfg.get("host_ref"):
+        return
+    if urlsplit(host).scheme not in ("http", "https") or not urlsplit(host).netloc:
+        yield Violation(name, where, f"host {host!r} is not an http:// or https:// URL",
+                        f"give HTTP(name={conn!r}, host='https://<host>:<port>')")  # fmt: skip
+        return
+    if committed or cfg.get("ca_cert_ref"):
+        return  # checked when it was first committed; a later commit does not depend on it
+    target = HttpEndpoint.of(out.connector)
+    try:
+        answer = httpx.get(target.healthz_url, timeout=HEALTHZ_TIMEOUT_S, verify=target.verify())
+        problem = None if answer.is_success else f"answered {answer.status_code}"
+    except (httpx.HTTPError, ssl.SSLError) as e:
+        problem = f"failed: {type(e).__name__}: {e}"
+    if problem is not None:
+        yield Violation(name, where, f"the sink's health check GET {target.healthz_url} {problem}",
+            "start the endpoint or fix host=/healthz= (the platform, like Fennel, checks an "
+            "HTTP sink when it is committed), or select this sink out with env=")  # fmt: skip
 
 
 def _servers(bootstrap: str) -> frozenset[str]:

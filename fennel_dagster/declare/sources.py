@@ -229,13 +229,43 @@ class Certificate:
 
 
 class HTTP(_External):
-    """An HTTP endpoint to sink to (Fennel's ``HTTP(name, host, healthz, ca_cert)``)."""
+    """An HTTP endpoint to sink to (Fennel's ``HTTP(name, host, healthz, ca_cert)``).
+
+    ``host`` and the certificate may be ``Secret``s, as in Fennel; neither their values nor
+    their references enter the IR, only that they are secrets (so the platform, which
+    resolves none, can refuse the commit saying which). A certificate given as PEM text is
+    public and kept: it verifies the endpoint's TLS."""
 
     kind = "http"
+
+    def __init__(
+        self,
+        name: str,
+        host: str | Secret = "",
+        healthz: str = "",
+        ca_cert: Certificate | None = None,
+        **options: Any,
+    ) -> None:
+        cfg: dict[str, Any] = {"healthz": healthz or None}
+        if isinstance(host, Secret):
+            cfg["host_ref"] = "Secret"
+        else:
+            cfg["host"] = host or None
+        cert = ca_cert.cert if isinstance(ca_cert, Certificate) else None
+        if isinstance(cert, Secret):
+            cfg["ca_cert_ref"] = "Secret"
+        elif cert:
+            cfg["ca_cert_pem"] = cert
+        super().__init__(name, **options, **cfg)
 
     def path(
         self, endpoint: str, limit: int | None = None, headers: dict[str, str] | None = None
     ) -> Connector:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise DeclarationError(
+                f"HTTP {self.name}.path({endpoint!r}, limit={limit!r}): limit is the number of "
+                "changes per request, a positive int (default 100)"
+            )
         cfg = {"endpoint": endpoint, "limit": limit,
                "headers": json.dumps(headers, sort_keys=True) if headers else None}  # fmt: skip
         return Connector(self.kind, self.name, {**self.options, **cfg})
@@ -389,9 +419,9 @@ def sink(
     env: str | list[str] | None = None,
 ) -> Callable[[T], T]:
     """Write a dataset's changes out to a connector (Fennel's ``@sink``, with its rules: Kafka
-    takes ``cdc="debezium"`` JSON, incrementally; S3 takes Delta, incrementally). The mock
-    client, like Fennel's, writes nothing; the platform refuses a commit with a sink it
-    cannot run yet (``commit.executable``) rather than dropping it silently."""
+    and HTTP take ``cdc="debezium"`` (Kafka: JSON), incrementally; S3 takes Delta,
+    incrementally). The mock client, like Fennel's, writes nothing; the platform refuses a
+    commit with a sink it cannot run (``commit.executable``) rather than dropping it."""
     if not isinstance(conn, Connector):
         raise DeclarationError(
             f"@sink needs a connector reference such as Kafka(...).topic('t'), got {conn!r}"
@@ -411,6 +441,14 @@ def sink(
                          (since is not None or until is not None, "takes no since/until")):  # fmt: skip
             if bad:
                 raise DeclarationError(f"{where}: a Kafka sink {why}")
+    elif conn.kind == "http":
+        for bad, why in ((cdc != "debezium", f"takes cdc='debezium', not {cdc!r}"),
+                         (every is not None, "takes no every= (it is continuous)"),
+                         (how not in (None, "incremental"), "is incremental only"),
+                         (bool(renames), "takes no renames"),
+                         (since is not None or until is not None, "takes no since/until")):  # fmt: skip
+            if bad:
+                raise DeclarationError(f"{where}: an HTTP sink {why}")
     elif conn.kind == "s3":
         for bad, why in ((cdc is not None, "takes no cdc"),
                          (fmt != "delta", f"writes Delta (format='delta'), not {fmt!r}"),

@@ -37,6 +37,7 @@ from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
 from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
 from fennel_dagster.engine.hangar import Hangar
+from fennel_dagster.engine.http_sink import HttpDelivery
 from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
@@ -93,7 +94,10 @@ class Runner:
         owner: str,
         state_dir: Path | None = None,
     ) -> None:
-        if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec | plan.IngestFields):
+        if isinstance(
+            job.spec,
+            plan.OfflineJobSpec | plan.S3SinkJobSpec | plan.HttpSinkJobSpec | plan.IngestFields,
+        ):
             raise TypeError(f"{job.name} is a {job.kind} job, not a stream job")
         self.settings = settings
         self.job = job
@@ -340,6 +344,8 @@ def run_forever(
             with beating_until_loop(beat) as loop_beat:
                 if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
+                elif isinstance(job.spec, plan.HttpSinkJobSpec):
+                    HttpDelivery(settings, job, partition).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.S3IngestJobSpec):
                     spark = spark_session(settings, app=job.name)
                     S3Poller(settings, job.spec, spark).run(stop, loop_beat)

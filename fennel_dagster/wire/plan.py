@@ -22,6 +22,10 @@ Job kinds, one dataclass each:
   format="delta"), how="incremental")`` Delta table at ``s3://b/p`` on the platform's object
   store, written by the offline writer exactly as an offline table (its own kind, so nothing
   that looks for a dataset's offline table finds a sink's).
+- ``HttpSinkJobSpec``: a ``@sink(HTTP(...).path(e), cdc="debezium")``: a ``KafkaSinkJobSpec``
+  writes the changes to an outbox topic of the platform's, exactly once, and this job POSTs
+  the outbox to the endpoint in batches, at least once (each change carries its outbox
+  partition and offset, so the receiver can drop a repeat).
 A job that answers lookups of a dataset says so in ``serves`` (exactly one per looked-up
 dataset, chosen by the compiler).
 """
@@ -42,8 +46,9 @@ from fennel_dagster.wire.spec import (
 )
 
 JobKind = Literal[
-    "source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest", "kafka_sink", "s3_sink"
-]
+    "source", "pipeline", "index", "offline", "s3_ingest", "pg_ingest", "kafka_sink", "s3_sink",
+    "http_sink",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ class KafkaSinkJobSpec:
     dataset: DatasetSpec
     sink: SinkSpec
     input_topic: str
-    output_topic: str  # the sink's topic (the user's: the platform does not create it)
+    output_topic: str  # the sink's topic (the user's), or an HTTP sink's outbox (the platform's)
     error_topic: str
     replaylog: str
 
@@ -201,6 +206,24 @@ class S3SinkJobSpec:
 
 
 @dataclass(frozen=True)
+class HttpSinkJobSpec:
+    """POSTs an HTTP sink's outbox (``input_topic``: the Debezium change events a
+    ``KafkaSinkJobSpec`` wrote there exactly once) to the sink's endpoint, up to ``limit``
+    changes a request, retrying until the endpoint takes them; offsets are committed after
+    a request succeeds (at least once). Partition ``p`` delivers outbox partition ``p``, so
+    one key's changes arrive in order."""
+
+    KIND: ClassVar[JobKind] = "http_sink"
+
+    name: str
+    partitions: int
+    dataset: DatasetSpec
+    sink: SinkSpec
+    input_topic: str
+    error_topic: str  # the dataset's: where the changes the endpoint refuses go
+
+
+@dataclass(frozen=True)
 class IngestFields:
     """What every source Spark reads has: the rows go to ``inbox_topic`` (read by the
     source's ``SourceJobSpec``), what was sent to ``ledger_topic`` in the same transaction."""
@@ -235,7 +258,9 @@ class PostgresIngestJobSpec(IngestFields):
 # Kafka in and out
 StreamJobSpec: TypeAlias = SourceJobSpec | PipelineJobSpec | IndexJobSpec | KafkaSinkJobSpec
 IngestJobSpec: TypeAlias = S3IngestJobSpec | PostgresIngestJobSpec  # Spark reads, Kafka out
-JobSpec: TypeAlias = StreamJobSpec | OfflineJobSpec | S3SinkJobSpec | IngestJobSpec
+JobSpec: TypeAlias = (
+    StreamJobSpec | OfflineJobSpec | S3SinkJobSpec | HttpSinkJobSpec | IngestJobSpec
+)
 JOB_SPECS: tuple[type[JobSpec], ...] = (
     SourceJobSpec,
     PipelineJobSpec,
@@ -245,6 +270,7 @@ JOB_SPECS: tuple[type[JobSpec], ...] = (
     PostgresIngestJobSpec,
     KafkaSinkJobSpec,
     S3SinkJobSpec,
+    HttpSinkJobSpec,
 )
 
 
@@ -267,7 +293,9 @@ def read_topics(job: JobSpec) -> tuple[str, ...]:
     """Every topic the job consumes (for lag and health reports)."""
     if isinstance(job, SourceJobSpec):
         return (job.external_topic,)
-    if isinstance(job, IndexJobSpec | OfflineJobSpec | KafkaSinkJobSpec | S3SinkJobSpec):
+    if isinstance(
+        job, IndexJobSpec | OfflineJobSpec | KafkaSinkJobSpec | S3SinkJobSpec | HttpSinkJobSpec
+    ):
         return (job.input_topic,)
     if isinstance(job, IngestFields):
         return ()

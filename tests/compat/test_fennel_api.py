@@ -292,7 +292,8 @@ def test_connectors_the_platform_cannot_read_are_declared_and_refused_by_name() 
         ts: datetime
 
     @source(Kafka(name="k").topic("t", format=avro), disorder="14d", cdc="append")
-    @sink(HTTP(name="h", host="http://sink").path(endpoint="/in", limit=100))
+    @sink(HTTP(name="h", host="http://127.0.0.1:9").path(endpoint="/in", limit=100),
+          cdc="debezium")  # fmt: skip
     @dataset
     class FromAvro:
         uid: int

@@ -37,7 +37,7 @@ from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.sources import HTTP, Kafka, sink
+from fennel_dagster.sources import Kafka, Snowflake, sink
 from fennel_dagster.wire import plan
 from tests.engine.harness import Fleet, commit, create_topic, wait_for
 
@@ -291,7 +291,7 @@ def test_a_kafka_sink_gets_each_change_once_in_order_across_a_restart(
 
 
 @pytest.mark.services
-def test_sinks_on_another_cluster_or_http_are_refused_by_the_real_commit(
+def test_sinks_on_another_cluster_or_snowflake_are_refused_by_the_real_commit(
     engine_settings: Settings,
 ) -> None:
     s = engine_settings
@@ -302,7 +302,7 @@ def test_sinks_on_another_cluster_or_http_are_refused_by_the_real_commit(
     assert "sink kafka(changes)" in text and "another Kafka cluster (elsewhere:9092)" in text
 
     @meta(owner=OWNER)
-    @sink(HTTP(name="api").path("/changes"))
+    @sink(Snowflake(name="wh").table("changes"), how="incremental")
     @source(Kafka(name="profiles").topic(f"{s.namespace}.raw"), disorder="14d", cdc="upsert")
     @dataset(index=True)
     class Hook:
@@ -312,7 +312,7 @@ def test_sinks_on_another_cluster_or_http_are_refused_by_the_real_commit(
     with LocalClient(s) as c, pytest.raises(CommitRejected) as err:
         c.commit("hook", datasets=[Hook])
     text = str(err.value)
-    assert "sink http(api)" in text and "does not write http sinks" in text
+    assert "sink snowflake(wh)" in text and "does not write snowflake sinks" in text
     MockClient().commit("hook", datasets=[Hook])  # the mock accepts both, writing nothing
     MockClient().commit("far", datasets=[far])
 

@@ -35,7 +35,7 @@ from fennel_dagster.mock import MockClient
 from fennel_dagster.offline.table import OFFSET, PARTITION, storage_options
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.sources import HTTP, S3, Kafka, Snowflake, Webhook, sink
+from fennel_dagster.sources import S3, Kafka, Snowflake, Webhook, sink
 from fennel_dagster.wire import plan
 from fennel_dagster.wire.codec import to_jsonable
 from tests.engine.harness import Fleet, commit, offline_writer, wait_for
@@ -113,11 +113,9 @@ def test_s3_sinks_are_accepted_and_what_the_platform_cannot_write_is_refused() -
 
         return Out
 
-    http = refusals([other(HTTP(name="api").path("/rows"))])
     snow = refusals([other(Snowflake(name="wh").table("t"), how="incremental")])
-    for got, where in ((http, "sink http(api)"), (snow, "sink snowflake(wh)")):
-        assert [(e, w) for e, w, _ in got] == [("Out", where)]
-        assert "does not write" in got[0][2]
+    assert [(e, w) for e, w, _ in snow] == [("Out", "sink snowflake(wh)")]
+    assert "does not write" in snow[0][2]
     own = refusals([lake(get_settings().s3_bucket)])
     assert len(own) == 1 and "platform's own bucket" in own[0][2]
     renamed = refusals([lake("sinks", renames={"uid": "user"})])
@@ -241,11 +239,13 @@ def test_a_missing_sink_bucket_fails_the_writer_naming_it(engine_settings: Setti
 
 
 @pytest.mark.services
-def test_the_real_commit_accepts_an_s3_sink_and_refuses_http(engine_settings: Settings) -> None:
+def test_the_real_commit_accepts_an_s3_sink_and_refuses_snowflake(
+    engine_settings: Settings,
+) -> None:
     s = engine_settings
 
     @meta(owner=OWNER)
-    @sink(HTTP(name="api").path("/rows"))
+    @sink(Snowflake(name="wh").table("rows"), how="incremental")
     @source(Webhook(name="wh").endpoint("txn"), disorder="14d", cdc="append")
     @dataset
     class Hook:
@@ -253,9 +253,10 @@ def test_the_real_commit_accepts_an_s3_sink_and_refuses_http(engine_settings: Se
         ts: datetime
 
     with LocalClient(s) as c, pytest.raises(CommitRejected) as err:
-        c.commit("http", datasets=[Hook])
-    assert "sink http(api)" in str(err.value) and "does not write http sinks" in str(err.value)
+        c.commit("snow", datasets=[Hook])
+    text = str(err.value)
+    assert "sink snowflake(wh)" in text and "does not write snowflake sinks" in text
     with LocalClient(s) as c:
         c.commit("lake", datasets=[lake(f"{s.namespace}-sink")])
     MockClient().commit("lake", datasets=[lake("b")])  # the mock accepts both, writing nothing
-    MockClient().commit("http", datasets=[Hook])
+    MockClient().commit("snow", datasets=[Hook])
