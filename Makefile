@@ -15,8 +15,8 @@ up: install
 
 test: install
 	$(VENV)/fennel-dagster stack up
-	$(VENV)/ruff check fennel_dagster assets sensors resources tests bench examples
-	$(VENV)/mypy fennel_dagster assets sensors resources
+	$(VENV)/ruff check fennel_dagster assets sensors resources tests bench examples tools
+	$(VENV)/mypy fennel_dagster assets sensors resources tools
 	$(VENV)/lint-imports
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=25
 
