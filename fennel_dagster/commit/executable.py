@@ -18,8 +18,6 @@ import ssl
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-import httpx
-
 from fennel_dagster.commit.errors import Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.stages import problems
@@ -178,6 +176,8 @@ def _http_sink(name: str, where: str, out: SinkSpec, committed: bool) -> Iterabl
         return
     if committed or cfg.get("ca_cert_ref"):
         return  # checked when it was first committed; a later commit does not depend on it
+    import httpx  # here: every process that validates a commit would pay its import
+
     target = HttpEndpoint.of(out.connector)
     try:
         answer = httpx.get(target.healthz_url, timeout=HEALTHZ_TIMEOUT_S, verify=target.verify())

@@ -37,7 +37,6 @@ from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
 from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.http_sink import HttpDelivery
 from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
 from fennel_dagster.engine.jobs.factory import build_job
@@ -345,6 +344,8 @@ def run_forever(
                 if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.HttpSinkJobSpec):
+                    from fennel_dagster.engine.http_sink import HttpDelivery  # httpx: its own
+
                     HttpDelivery(settings, job, partition).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.S3IngestJobSpec):
                     spark = spark_session(settings, app=job.name)

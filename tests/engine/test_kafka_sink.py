@@ -350,7 +350,7 @@ def test_sigkilled_runners_leave_every_change_on_the_sink_exactly_once(
                     live[uid] = r
                 rows.setdefault(uid, []).append(changes[-1])
             produce_changes(s, raw, changes)
-            deadline = time.monotonic() + 8
+            deadline = time.monotonic() + 4
             while time.monotonic() < deadline:
                 time.sleep(rnd.uniform(0.2, 0.5))
                 alive = [r for r in list(sup.runners.values()) if r.process.is_alive()]
