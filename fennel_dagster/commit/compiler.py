@@ -182,11 +182,11 @@ class _Compiler:
         if ds.keys and (ds.index or ds.online) and serving is None:
             self.index(ds, ident, topic.name, errors.name)
         if ds.offline:
-            self.offline(ds, ident, topic.name)
+            self.offline(ds, ident, topic.name, errors.name)
         for out in dict.fromkeys(_kafka_sinks(ds)):
             self.kafka_sink(ds, out, ident, topic.name, errors.name)
         for out in _s3_sinks(ds):
-            self.s3_sink(ds, out, ident, topic.name)
+            self.s3_sink(ds, out, ident, topic.name, errors.name)
         for out in dict.fromkeys(_http_sinks(ds)):
             self.http_sink(ds, out, ident, topic.name, errors.name)
 
@@ -294,7 +294,8 @@ class _Compiler:
             f"snapshots/{safe}.index", entity, {**ident, "role": "index-snapshots"}, job.name
         )
 
-    def offline(self, ds: spec.DatasetSpec, ident: dict[str, Any], topic: str) -> None:
+    def offline(self, ds: spec.DatasetSpec, ident: dict[str, Any], topic: str,
+                errors: str) -> None:  # fmt: skip
         """The dataset's Delta table (one per physical version) and the job that fills it."""
         ns, h, safe = self.ns, self.hashes[ds.name], _safe(ds.name)
         entity = f"{ds.name}#offline"
@@ -307,6 +308,7 @@ class _Compiler:
         job = plan.OfflineJobSpec(
             name=_name("job", prefix, oident), partitions=1,
             table=plan.OfflineTable(ds, f"{ns}/{bucket_prefix}"), input_topic=topic,
+            error_topic=errors,
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, oident, job))
 
@@ -331,7 +333,7 @@ class _Compiler:
                        job.name)  # fmt: skip
 
     def s3_sink(self, ds: spec.DatasetSpec, out: spec.SinkSpec, ident: dict[str, Any],
-                topic: str) -> None:  # fmt: skip
+                topic: str, errors: str) -> None:  # fmt: skip
         """An S3 sink's job: the dataset's topic -> a Delta table at the sink's bucket and
         prefix, written by the offline writer (the bucket is the user's: no blueprint of ours
         creates or deletes it)."""
@@ -343,6 +345,7 @@ class _Compiler:
         job = plan.S3SinkJobSpec(
             name=_name("job", name_prefix, sident), partitions=1,
             table=plan.OfflineTable(ds, prefix, bucket), sink=out, input_topic=topic,
+            error_topic=errors,
         )  # fmt: skip
         self.out.append(job_blueprint(name_prefix, f"{ds.name}#{label}", sident, job))
 

@@ -20,12 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+import pandas as pd
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
+from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.jobs.common import decode_rows
 from fennel_dagster.engine.kafka_clients import consumer, in_message, topic_partitions
-from fennel_dagster.engine.messages import InMessage
+from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.errors import EngineError
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.offline.table import OfflineTable, TableConflict, to_arrow
@@ -55,6 +57,8 @@ class OfflineWriter:
         self.table = OfflineTable(settings, self.spec.table)
         self.commits = 0
         self.rows = 0
+        self.bad_rows = 0
+        self._producer: Producer | None = None
 
     def check_bucket(self) -> None:
         """An S3 sink's bucket must exist (the platform's own bucket is the stack's)."""
@@ -119,11 +123,10 @@ class OfflineWriter:
             c.close()
 
     def _flush(self, msgs: list[InMessage]) -> None:
-        data = [m for m in msgs if m.value is not None]
         ds = self.spec.table.dataset
-        rows, deleted, errors = decode_rows(data, ds.fields, ds.name)
-        if errors:  # internal topics carry rows our own jobs encoded: a bug, not bad input
-            raise ValueError(f"{self.job.name}: {errors[0].reason}")
+        data, rows, deleted, errors = self._typed([m for m in msgs if m.value is not None])
+        if errors:
+            self._report(errors)
         table = to_arrow(rows, deleted, [m.partition for m in data],
                          [m.offset for m in data], ds)  # fmt: skip
         offsets: dict[tuple[str, int], int] = {}
@@ -135,3 +138,53 @@ class OfflineWriter:
             raise Fenced(str(e)) from e
         self.commits += 1
         self.rows += table.num_rows
+
+    def _typed(
+        self, data: list[InMessage]
+    ) -> tuple[list[InMessage], pd.DataFrame, pd.Series, list[ErrorRecord]]:
+        """The messages whose rows the table can hold, those rows typed, their delete flags,
+        and an error record for each other one. Our own jobs wrote the topic, so a row that
+        cannot be typed is rare (a bug, or a hand-made message); it goes to the dataset's
+        error topic rather than stopping the table. Only a batch holding one is typed again
+        message by message."""
+        ds = self.spec.table.dataset
+        try:
+            rows, deleted, errors = decode_rows(data, ds.fields, ds.name)
+        except (ValueError, TypeError, OverflowError):
+            good: list[InMessage] = []
+            errors = []
+            for m in data:
+                try:
+                    _, _, bad = decode_rows([m], ds.fields, ds.name)
+                except (ValueError, TypeError, OverflowError) as e:
+                    errors.append(ErrorRecord(ds.name, "offline", (
+                        f"{self.job.name}: the row of {ds.name} at {m.topic}[{m.partition}]@"
+                        f"{m.offset} does not fit its fields ({type(e).__name__}: {e}); the "
+                        "offline table skips it"), m.topic, m.partition, m.offset,
+                        m.value or b"", "offline table"))  # fmt: skip
+                    continue
+                errors += bad
+                if not bad:
+                    good.append(m)
+            rows, deleted, _ = decode_rows(good, ds.fields, ds.name)
+            return good, rows, deleted, errors
+        if errors:
+            bad_at = {(e.partition, e.offset) for e in errors}
+            data = [m for m in data if (m.partition, m.offset) not in bad_at]
+        return data, rows, deleted, errors
+
+    def _report(self, errors: list[ErrorRecord]) -> None:
+        """Error records to the dataset's error topic before the commit that skips their
+        rows: a crash in between reports them again (at least once), never loses one."""
+        if not self.spec.error_topic:
+            raise ValueError(f"{self.job.name}: {errors[0].reason}")  # a spec from before
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
+                                       "enable.idempotence": True})  # fmt: skip
+        for err in errors:
+            self._producer.produce(self.spec.error_topic, encode_error(err))
+        if self._producer.flush(30) != 0:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
+        self.bad_rows += len(errors)
+        log.warning("%s: %d row(s) sent to %s: %s", self.job.name, len(errors),
+                    self.spec.error_topic, errors[0].reason)  # fmt: skip

@@ -179,6 +179,7 @@ class OfflineJobSpec:
     partitions: int
     table: OfflineTable
     input_topic: str
+    error_topic: str = ""  # the dataset's: rows the writer cannot type go there, not to a stop
 
     @property
     def dataset(self) -> DatasetSpec:
@@ -199,6 +200,7 @@ class S3SinkJobSpec:
     table: OfflineTable
     sink: SinkSpec
     input_topic: str
+    error_topic: str = ""  # as OfflineJobSpec's
 
     @property
     def dataset(self) -> DatasetSpec:

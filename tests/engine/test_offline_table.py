@@ -3,6 +3,7 @@ writer is SIGKILLed during its commits; Spark reads the same table (real Kafka, 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -13,6 +14,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from fennel_dagster.engine.error_records import decode_error
+from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.offline.table import OfflineTable
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
@@ -22,7 +25,9 @@ from tests.engine.harness import (
     commit,
     create_topic,
     offline_writer,
+    produce_raw,
     produce_rows,
+    raw_records,
     read_topic,
     table_rows,
     wait_for,
@@ -88,6 +93,51 @@ def test_sigkill_the_offline_writer_during_commits_and_the_table_equals_the_topi
     assert (pd.to_datetime(got["ts"], utc=True) == pd.to_datetime(exp["ts"], utc=True)).all()
     days = set(got["__day"])
     assert days == {t.date().isoformat() for t in pd.to_datetime(exp["ts"], utc=True)}
+
+
+def test_a_row_the_table_cannot_hold_goes_to_the_error_topic_and_the_writer_goes_on(
+    engine_settings: Settings,
+) -> None:
+    s = engine_settings.with_(offline_flush_s=0.3)
+    create_topic(s, f"{s.namespace}.raw")
+    jobs = commit(s, repo.graph(f"{s.namespace}.raw"))
+    job = jobs["offline:Txn"]
+    assert isinstance(job.spec, plan.OfflineJobSpec) and job.spec.error_topic
+    topic = job.spec.input_topic
+    ev = repo.events(60, keys=5, seed=4)
+    produce_rows(s, topic, to_records(ev.iloc[:30]))
+    # hand-made messages on the dataset's topic: not JSON, and a uid beyond int64
+    huge = {"uid": 2**70, "amount": 1.0, "ts": repo.T0.isoformat()}
+    produce_raw(s, topic, [b"not json", json.dumps(huge).encode()], partitions=1)
+    produce_rows(s, topic, to_records(ev.iloc[30:]))
+    writer = OfflineWriter(s, job, "test")
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            writer.run(stop, lambda: None)
+        except BaseException as e:  # noqa: BLE001
+            failed.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    table = OfflineTable(s, job.spec.table)
+    try:
+        wait_for(lambda: table.version() is not None and len(table_rows(table)) >= 60, 60,
+                 "the good rows")  # fmt: skip
+        time.sleep(1)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not failed, failed
+    assert len(table_rows(table)) == 60 and writer.bad_rows == 2
+    errors = [decode_error(v) for v in raw_records(s, job.spec.error_topic)]
+    assert sorted(e["stage"] for e in errors) == ["decode", "offline"]
+    offline = next(e for e in errors if e["stage"] == "offline")
+    assert "does not fit its fields" in offline["reason"]
+    assert offline["payload"] == json.dumps(huge).encode()
+    assert offline["where"] == "offline table"
 
 
 def test_spark_reads_the_offline_table_the_engine_wrote(
