@@ -7,6 +7,7 @@ producer's transaction); producers are idempotent and transactional with a stabl
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -59,20 +60,28 @@ def transactional_producer(settings: Settings, txn_id: str) -> Producer:
     )
 
 
-def topic_partitions(settings: Settings, topic: str, job: str, wait_s: float = 60) -> int:
-    """The partition count of ``topic``, waiting up to ``wait_s`` for it to appear."""
+def topic_partitions(
+    settings: Settings,
+    topic: str,
+    job: str,
+    wait_s: float = 60,
+    stop: threading.Event | None = None,
+) -> int:
+    """The partition count of ``topic``, waiting up to ``wait_s`` for it to appear (or until
+    ``stop``: a runner told to stop, or whose job was removed, does not wait out the minute)."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_servers})
     deadline = time.monotonic() + wait_s
+    stop = stop or threading.Event()
     while True:
         md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
         if md is not None and md.error is None and md.partitions:
             return len(md.partitions)
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or stop.is_set():
             raise RecoveryError(
                 f"job {job}: input topic {topic!r} does not exist; create it "
                 "(or produce to it) and the runner will start"
             )
-        time.sleep(1)
+        stop.wait(1)
 
 
 def in_message(msg: Message) -> InMessage:

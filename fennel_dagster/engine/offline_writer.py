@@ -87,7 +87,7 @@ class OfflineWriter:
     def run(self, stop: threading.Event, beat: Callable[[], None]) -> None:
         self.check_bucket()
         topic = self.spec.input_topic
-        parts = topic_partitions(self.settings, topic, self.job.name)
+        parts = topic_partitions(self.settings, topic, self.job.name, stop=stop)
         done = self.table.committed_offsets(topic, parts)
         c = consumer(self.settings, f"{self.job.name}.offline")
         c.assign([TopicPartition(topic, p, done[p] + 1 if p in done else OFFSET_BEGINNING)

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_not_exception_type,
+    retry_if_exception,
     stop_when_event_set,
     wait_exponential,
 )
@@ -92,7 +92,10 @@ class Runner:
         partition: int,
         owner: str,
         state_dir: Path | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
+        """``stop``: set when the runner is to stop before it runs (its inputs' topics are
+        waited for here, and the wait ends with it)."""
         if isinstance(
             job.spec,
             plan.OfflineJobSpec | plan.S3SinkJobSpec | plan.HttpSinkJobSpec | plan.IngestFields,
@@ -113,7 +116,8 @@ class Runner:
         self.group = f"{job.name}.p{partition}"
         try:
             self.logic: JobLogic = build_job(
-                self.spec, lambda t: kafka_clients.topic_partitions(settings, t, job.name)
+                self.spec,
+                lambda t: kafka_clients.topic_partitions(settings, t, job.name, stop=stop),
             )
         except RecoveryError:
             raise
@@ -355,7 +359,7 @@ def run_forever(
                     PostgresPoller(settings, job.spec, spark).run(stop, loop_beat)
                 else:
                     state_dir = state_path(settings, home, job.name, partition) if home else None
-                    runner = Runner(settings, job, partition, owner, state_dir)
+                    runner = Runner(settings, job, partition, owner, state_dir, stop)
                     live[:] = [runner]
                     runner.keep_state = lambda: (
                         not removed.is_set()
@@ -392,7 +396,7 @@ def run_forever(
             raise
 
     retrying = Retrying(
-        retry=retry_if_not_exception_type((Fenced, PermanentJobError)),
+        retry=retry_if_exception(_retryable),
         wait=wait_exponential(multiplier=0.5, max=10.0),
         stop=stop_when_event_set(stop),
         sleep=lambda seconds: None if stop.wait(seconds) else None,  # wakes on stop
@@ -409,6 +413,12 @@ def run_forever(
             registry.record_failure(conn, job.hash, partition, owner, str(e))
         return str(e)
     return None
+
+
+def _retryable(e: BaseException) -> bool:
+    """Failures are retried; an interrupt (Ctrl-C, Dagster cancelling the run: not an
+    ``Exception``), a fencing and a permanent failure end the runner."""
+    return isinstance(e, Exception) and not isinstance(e, Fenced | PermanentJobError)
 
 
 def _service(e: BaseException) -> str:

@@ -154,7 +154,10 @@ class Supervisor:
             engines.append(self.engine_id)
         failed = set(registry.failures(self._conn))
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
-        for key in [k for k in self.runners if k not in want]:
+        gone = [k for k in self.runners if k not in want]
+        for key in gone:  # all told at once: each winds down while the others do
+            self._signal_stop(key)
+        for key in gone:
             self._stop_runner(key)
         self._drop_state({(job.name, p) for (_, p), job in want.items()})
         for key, job in want.items():
@@ -194,10 +197,15 @@ class Supervisor:
             "engine %s: started %s p%d (pid %s)", self.engine_id, job.name, partition, proc.pid
         )
 
-    def _stop_runner(self, key: Key, timeout: float = 30.0) -> None:
-        run = self.runners.pop(key)
+    def _signal_stop(self, key: Key) -> None:
+        run = self.runners[key]
         if run.process.is_alive() and run.process.pid:
-            os.kill(run.process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run.process.pid, signal.SIGTERM)
+
+    def _stop_runner(self, key: Key, timeout: float = 30.0) -> None:
+        self._signal_stop(key)
+        run = self.runners.pop(key)
         run.process.join(timeout)
         if run.process.is_alive():
             run.process.kill()
@@ -248,9 +256,8 @@ class Supervisor:
         self._stop.set()
 
     def shutdown(self) -> None:
-        for run in self.runners.values():
-            if run.process.is_alive() and run.process.pid:
-                os.kill(run.process.pid, signal.SIGTERM)
+        for key in self.runners:
+            self._signal_stop(key)
         for key in list(self.runners):
             self._stop_runner(key)
         if getattr(self, "server", None) is not None:

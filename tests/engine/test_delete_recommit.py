@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.snapshots import SnapshotStore
@@ -27,6 +29,7 @@ from tests.engine.expected import as_multiset, mock_rows, mock_run
 from tests.engine.harness import (
     Fleet,
     commit,
+    create_topic,
     engine_process,
     produce_rows,
     read_topic,
@@ -37,11 +40,23 @@ from tests.engine.test_exactly_once import COLS, check_state, in_order_events
 pytestmark = pytest.mark.services
 
 
+@pytest.fixture
+def raw_topic(engine_settings: Settings) -> Iterator[str]:
+    """Txn's source topic, created as in production (its source runners then start at once).
+    Outside the namespace: no platform asset, so no stray for the invariants."""
+    topic = f"{engine_settings.namespace}-raw"
+    create_topic(engine_settings, topic)
+    yield topic
+    admin = AdminClient({"bootstrap.servers": engine_settings.kafka_servers})
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
+
+
 def test_a_deleted_dataset_leaves_nothing_and_comes_back_clean(
-    engine_settings: Settings, tmp_path: Path
+    engine_settings: Settings, raw_topic: str, tmp_path: Path
 ) -> None:
     s = engine_settings
-    raw = f"{s.namespace}.raw"
+    raw = raw_topic
     datasets = repo.graph(raw)
     jobs = commit(s, datasets)
     pipe = jobs["pipeline:Spend"]

@@ -14,7 +14,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import threading
 import time
 
@@ -30,6 +29,7 @@ from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
+from tests.engine.chaos import kill_all, kill_at_random
 from tests.engine.expected import as_multiset, mock_rows, mock_run
 from tests.engine.harness import (
     Fleet,
@@ -80,6 +80,7 @@ def test_sigkill_runners_50_times_while_events_flow_and_outputs_stay_exactly_onc
     t = threading.Thread(target=sup.serve, daemon=True)
     t.start()
     kills = 0
+    rnd = random.Random(23)
     try:
         waves = 6
         for w in range(waves):
@@ -88,22 +89,9 @@ def test_sigkill_runners_50_times_while_events_flow_and_outputs_stay_exactly_onc
             poison = [b"not json %d" % w, json.dumps({"uid": 2**70 + w, "amount": 1.0,
                       "ts": repo.T0.isoformat()}).encode()]  # fmt: skip
             produce_raw(s, pipe.spec.inputs[0].topic, poison, partitions=4)
-            deadline = time.monotonic() + 6  # about 20 kill attempts a wave
-            while time.monotonic() < deadline:
-                time.sleep(random.uniform(0.1, 0.4))
-                alive = [r for r in list(sup.runners.values()) if r.process.is_alive()]
-                if alive:
-                    victim = random.choice(alive)
-                    try:
-                        os.kill(victim.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                        kills += 1
-                    except ProcessLookupError:
-                        pass
+            kills += kill_at_random(sup, 6, rnd, pause=(0.1, 0.4))  # ~20 attempts a wave
         os.environ.pop("FENNEL_ENGINE_CRASH")
-        for r in list(sup.runners.values()):  # restart every runner without crash points
-            if r.process.is_alive():
-                os.kill(r.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                kills += 1
+        kills += kill_all(sup)  # restart every runner without crash points
         out_topic = pipe.spec.output_topic
         wait_for(lambda: len(read_topic(s, out_topic, 4, timeout=5)) >= total, 240, "all outputs")
         time.sleep(3)  # let the index runners catch up on the last outputs

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.sources import HTTP, Certificate, Kafka, sink
 from fennel_dagster.wire import plan
 from fennel_dagster.wire.http_endpoint import HttpEndpoint
+from tests.engine.chaos import kill_all, kill_at_random
 from tests.engine.harness import Fleet, commit, create_topic, wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -423,20 +423,9 @@ def test_sigkilled_runners_and_deliverers_leave_every_change_delivered(
                     live.add(uid)
             changes += wave
             produce_changes(s, raw, wave)
-            deadline = time.monotonic() + 6
-            while time.monotonic() < deadline:
-                time.sleep(rnd.uniform(0.2, 0.5))
-                alive = [r for r in list(sup.runners.values()) if r.process.is_alive()]
-                if alive:
-                    try:
-                        os.kill(rnd.choice(alive).process.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                        kills += 1
-                    except ProcessLookupError:
-                        pass
+            kills += kill_at_random(sup, 6, rnd)
         os.environ.pop("FENNEL_ENGINE_CRASH")
-        for r in list(sup.runners.values()):  # restart every runner without crash points
-            if r.process.is_alive():
-                os.kill(r.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        kill_all(sup)  # restart every runner without crash points
         want = expected(changes)
         total = count(want)
         wait_for(lambda: count(delivered(receiver.accepted())) >= total,

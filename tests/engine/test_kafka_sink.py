@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -39,6 +38,7 @@ from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.sources import Kafka, Snowflake, sink
 from fennel_dagster.wire import plan
+from tests.engine.chaos import kill_all, kill_at_random
 from tests.engine.harness import Fleet, commit, create_topic, wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -350,20 +350,9 @@ def test_sigkilled_runners_leave_every_change_on_the_sink_exactly_once(
                     live[uid] = r
                 rows.setdefault(uid, []).append(changes[-1])
             produce_changes(s, raw, changes)
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline:
-                time.sleep(rnd.uniform(0.2, 0.5))
-                alive = [r for r in list(sup.runners.values()) if r.process.is_alive()]
-                if alive:
-                    try:
-                        os.kill(rnd.choice(alive).process.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                        kills += 1
-                    except ProcessLookupError:
-                        pass
+            kills += kill_at_random(sup, 4, rnd)
         os.environ.pop("FENNEL_ENGINE_CRASH")
-        for r in list(sup.runners.values()):  # restart every runner without crash points
-            if r.process.is_alive():
-                os.kill(r.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        kill_all(sup)  # restart every runner without crash points
         total = waves * per_wave
         wait_for(lambda: len(read_sink(s, out, 3)) >= total, 240, "every change event")
         time.sleep(3)

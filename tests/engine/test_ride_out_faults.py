@@ -35,7 +35,14 @@ from fennel_dagster.settings import Settings, get_settings
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.expected import as_multiset, mock_rows, mock_run
-from tests.engine.harness import commit, engine_process, produce_rows, read_topic, wait_for
+from tests.engine.harness import (
+    commit,
+    create_topic,
+    engine_process,
+    produce_rows,
+    read_topic,
+    wait_for,
+)
 from tests.engine.test_exactly_once import COLS, KEYS, in_order_events
 
 pytestmark = pytest.mark.services
@@ -87,6 +94,8 @@ def test_the_engine_rides_out_a_postgres_restart(
     engine_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = engine_settings
+    # Txn's source topic exists, as in production (its source runners then start at once)
+    create_topic(s, f"{s.namespace}.raw")
     datasets = repo.graph(f"{s.namespace}.raw")
     jobs = commit(s, datasets)
     pipe = jobs["pipeline:Spend"]
@@ -166,6 +175,8 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
 ) -> None:
     s = engine_settings
     log = str(tmp_path / "engine.log")
+    # Txn's source topic exists, as in production (its source runners then start at once)
+    create_topic(s, f"{s.namespace}.raw")
     datasets = repo.graph(f"{s.namespace}.raw")
     jobs = commit(s, datasets)
     pipe = jobs["pipeline:Spend"]
