@@ -41,3 +41,13 @@ def kill_all(sup: Supervisor) -> int:
             except ProcessLookupError:
                 pass
     return kills
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

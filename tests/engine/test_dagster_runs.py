@@ -24,6 +24,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
+from tests.engine.chaos import pid_alive
 from tests.engine.expected import mock_run
 from tests.engine.harness import commit, create_topic, produce_rows, read_topic, wait_for
 from tests.engine.test_exactly_once import in_order_events
@@ -70,15 +71,7 @@ def end_runs(s: Settings, timeout: float = 8.0) -> None:
         with LocalClient(s) as c:
             for branch in c.list_branches():
                 c.delete_branch(branch)
-        wait_for(lambda: not any(_alive(p) for p in pids), timeout, "the engine runs to end")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+        wait_for(lambda: not any(pid_alive(p) for p in pids), timeout, "the engine runs to end")
 
 
 def beats(s: Settings) -> dict[tuple[str, int], tuple[str, float]]:

@@ -20,12 +20,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from fennel_dagster import dataset, field, meta, source
 from fennel_dagster.client import LocalClient
@@ -47,6 +47,7 @@ from fennel_dagster.wire import plan
 from fennel_dagster.wire.http_endpoint import HttpEndpoint
 from tests.engine.chaos import kill_all, kill_at_random
 from tests.engine.harness import Fleet, commit, create_topic, wait_for
+from tests.engine.test_kafka_sink import produce_changes, row
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 OWNER = "sinks@example.com"
@@ -147,11 +148,6 @@ def profile(raw: str, host: str, limit: int | None = 5, **http: Any) -> Any:
     return Profile
 
 
-def row(uid: int, name: str, score: int, minutes: int) -> dict[str, Any]:
-    return {"uid": uid, "name": name, "score": score,
-            "ts": (T0 + timedelta(minutes=minutes)).isoformat()}  # fmt: skip
-
-
 def test_fennel_rules_for_http_sinks_are_kept_at_declaration() -> None:
     api = HTTP(name="api", host="http://h", healthz="/health")
     for kwargs, says in (({"cdc": "upsert"}, "cdc='debezium'"), ({}, "cdc='debezium'"),
@@ -245,12 +241,23 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- services
 
 
-def produce_changes(s: Settings, raw: str, changes: list[tuple[str, dict[str, Any]]]) -> None:
-    p = Producer({"bootstrap.servers": s.kafka_servers, "enable.idempotence": True})
-    for op, r in changes:
-        body = {"op": op, "before": r if op == "d" else None, "after": None if op == "d" else r}
-        p.produce(raw, json.dumps({"payload": body}).encode(), partition=r["uid"] % 4)
-    assert p.flush(30) == 0
+def random_changes(
+    rnd: random.Random, n: int, keys: int, live: set[int], start: int = 0, refuse_at: int = -1
+) -> list[tuple[str, dict[str, Any]]]:
+    """``n`` Debezium changes of ``keys`` keys a minute apart from ``start``: creates,
+    updates and (a fifth of the time, for a live key) deletes; the change at minute
+    ``refuse_at`` is an upsert named ``Receiver.refuse``. ``live`` tracks the live keys."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for minute in range(start, start + n):
+        uid = rnd.randrange(keys)
+        if minute != refuse_at and uid in live and rnd.random() < 0.2:
+            out.append(("d", row(uid, "gone", 0, minute)))
+            live.discard(uid)
+        else:
+            name = "REFUSE" if minute == refuse_at else f"n{minute}"
+            out.append(("u" if uid in live else "c", row(uid, name, minute, minute)))
+            live.add(uid)
+    return out
 
 
 def expected(changes: list[tuple[str, dict[str, Any]]]) -> dict[int, list[tuple[str, Any, Any]]]:
@@ -344,17 +351,7 @@ def test_every_change_reaches_an_unwell_endpoint_in_order_and_a_refused_one_is_k
     delivery = jobs["http_sink:Profile"]
     assert isinstance(delivery.spec, plan.HttpSinkJobSpec)
     rnd = random.Random(11)
-    changes: list[tuple[str, dict[str, Any]]] = []
-    live: set[int] = set()
-    for minute in range(60):
-        uid = rnd.randrange(8)
-        if minute != 17 and uid in live and rnd.random() < 0.2:
-            changes.append(("d", row(uid, "gone", 0, minute)))
-            live.discard(uid)
-        else:
-            name = receiver.refuse if minute == 17 else f"n{minute}"
-            changes.append(("u" if uid in live else "c", row(uid, name, minute, minute)))
-            live.add(uid)
+    changes = random_changes(rnd, 60, 8, set(), refuse_at=17)
     # the endpoint is down twice, rate-limits once and errs once before it takes anything
     receiver.script[:] = [503, 503, 429, 500]
     produce_changes(s, raw, changes)
@@ -403,24 +400,14 @@ def test_sigkilled_runners_and_deliverers_leave_every_change_delivered(
     rnd = random.Random(7)
     changes: list[tuple[str, dict[str, Any]]] = []
     live: set[int] = set()
-    minute = 0
     os.environ["FENNEL_ENGINE_CRASH"] = "mid_batch:0.05,after_commit:0.05"
     sup = Supervisor(s, engine_id="http-crashy")
     t = threading.Thread(target=sup.serve, daemon=True)
     t.start()
     kills = 0
     try:
-        for _ in range(3):
-            wave = []
-            for _ in range(60):
-                minute += 1
-                uid = rnd.randrange(10)
-                if uid in live and rnd.random() < 0.2:
-                    wave.append(("d", row(uid, "gone", 0, minute)))
-                    live.discard(uid)
-                else:
-                    wave.append(("u" if uid in live else "c", row(uid, f"n{minute}", 1, minute)))
-                    live.add(uid)
+        for w in range(3):
+            wave = random_changes(rnd, 60, 10, live, start=1 + 60 * w)
             changes += wave
             produce_changes(s, raw, wave)
             kills += kill_at_random(sup, 6, rnd)

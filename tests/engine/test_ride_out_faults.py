@@ -34,6 +34,7 @@ from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings, get_settings
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
+from tests.engine.chaos import pid_alive
 from tests.engine.expected import as_multiset, mock_rows, mock_run
 from tests.engine.harness import (
     commit,
@@ -162,14 +163,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     engine_settings: Settings, tmp_path: Path
 ) -> None:
@@ -201,7 +194,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
         assert len(runners) >= 4, runners  # the runner processes (and spawn's helper)
         engine.send_signal(signal.SIGKILL)
         engine.wait(10)
-        wait_for(lambda: not any(_alive(p) for p in runners), 10, "the runners to die")
+        wait_for(lambda: not any(pid_alive(p) for p in runners), 10, "the runners to die")
         restarted = engine_process(s, "orphans", log)  # same id: same state dir, same RocksDB locks
         t0 = time.monotonic()
         produce_rows(s, pipe.spec.inputs[0].topic, to_records(second), by="uid")
