@@ -33,12 +33,20 @@ from typing import Any
 
 import httpx
 import orjson
-from confluent_kafka import OFFSET_STORED, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_STORED,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.messages import ErrorRecord
+from fennel_dagster.engine.metrics import runner_metrics
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
@@ -120,6 +128,7 @@ class HttpDelivery:
         self.refused = 0  # changes it refused alone, now on the error topic
         self.requests = 0
         self.retries = 0
+        self.metrics = runner_metrics()  # the engine's: messages in, changes out, refused
 
     def run(self, stop: threading.Event, beat: Callable[[], None]) -> None:
         producer = kafka_clients.transactional_producer(self.settings, self.txn_id)
@@ -136,6 +145,7 @@ class HttpDelivery:
         def beating() -> None:
             nonlocal last_beat
             if time.monotonic() - last_beat > 2.0:
+                self._measure_lag(c)
                 beat()
                 last_beat = time.monotonic()
 
@@ -145,13 +155,34 @@ class HttpDelivery:
                 batch = [m for m in c.consume(self.target.limit, 0.5) if m.error() is None]
                 if not batch:
                     continue
+                started = time.monotonic()
                 errors = self._deliver(batch, stop, beating)
                 if errors is None:
                     return  # stopped mid-retry: the batch goes again on the next start
                 self._commit(producer, c, batch[-1], errors)
+                self._count(len(batch), len(errors), time.monotonic() - started)
         finally:
             c.close()
             self.client.close()
+
+    def _count(self, changes: int, refused: int, seconds: float) -> None:
+        m, part = self.metrics, str(self.partition)
+        m.messages.labels(self.job.name, part).inc(changes)
+        m.outputs.labels(self.job.name, part).inc(changes - refused)
+        m.errors.labels(self.job.name, part).inc(refused)
+        m.batch_seconds.labels(self.job.name).observe(seconds)
+
+    def _measure_lag(self, c: Consumer) -> None:
+        """Outbox changes not yet delivered (a broker round trip: every few seconds)."""
+        try:
+            behind = 0
+            for tp in c.position(c.assignment()):
+                _, high = c.get_watermark_offsets(tp, timeout=1.0, cached=False)
+                if tp.offset >= 0:
+                    behind += max(0, high - tp.offset)
+            self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
+        except KafkaException:
+            pass  # an unreachable broker is the loop's business, not the metric's
 
     def _deliver(
         self, batch: list[Message], stop: threading.Event, beat: Callable[[], None]

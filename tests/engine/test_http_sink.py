@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import REGISTRY
 
 from fennel_dagster import dataset, field, meta, source
 from fennel_dagster.client import LocalClient
@@ -382,6 +383,15 @@ def test_every_change_reaches_an_unwell_endpoint_in_order_and_a_refused_one_is_k
     assert all(h.get("x-team") == "growth" and h["content-type"] == "application/json"
                for h, _ in receiver.posts)  # fmt: skip
     assert sum(w.refused for w in out.workers) == 1
+    # the engine's metrics count them too (GET /metrics of the engine that runs the job)
+    name = delivery.name
+
+    def metric(family: str) -> float:
+        return sum(REGISTRY.get_sample_value(family, {"job": name, "partition": str(p)}) or 0.0
+                   for p in range(delivery.partitions))  # fmt: skip
+
+    assert metric("fennel_engine_bad_rows_total") == 1
+    assert metric("fennel_engine_outputs_total") == sum(w.delivered for w in out.workers)
     errors = read_errors(s, delivery.spec.error_topic)
     assert len(errors) == 1 and errors[0]["stage"] == "sink"
     assert "answered 400: refused: a name nobody wants" in errors[0]["reason"]
