@@ -29,7 +29,8 @@ class DatasetHealth:
     newest_event: datetime | None  # the newest event time written
     partitions: int  # job partitions that write or index it
     running: int  # of those, how many reported within REPORTING_WITHIN_S
-    stopped: tuple[str, ...]  # "<job> p<k>: <reason>" of partitions stopped for good
+    stopped: tuple[str, ...]  # "<job> p<k>: <reason>" of any of its jobs' partitions (its
+    # writers', index's, offline table's and sinks') stopped for good
 
 
 def _sum(values: list[int | None]) -> int | None:
@@ -44,7 +45,9 @@ def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
     out = []
     for branch, jobs in sorted(by_branch.items()):
         by_dataset: dict[str, list[JobRow]] = {}
+        every: dict[str, list[JobRow]] = {}  # its offline table and sinks too
         for j in jobs:
+            every.setdefault(j.spec.dataset.name, []).append(j)
             if j.kind in ("source", "pipeline", "index"):
                 by_dataset.setdefault(j.spec.dataset.name, []).append(j)
         for name, mine in sorted(by_dataset.items()):
@@ -63,6 +66,7 @@ def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
                 running=sum(1 for _, _, s in parts
                             if s is not None and s.age_s < REPORTING_WITHIN_S),
                 stopped=tuple(f"{j.name} p{p}: {failed[(j.hash, p)].reason}"
-                              for j, p, _ in parts if (j.hash, p) in failed),
+                              for j in every[name] for p in range(j.partitions)
+                              if (j.hash, p) in failed),
             ))  # fmt: skip
     return out

@@ -8,6 +8,7 @@ import pytest
 
 from fennel_dagster.engine.health import DatasetHealth, stream_health
 from fennel_dagster.engine.runner import run_forever
+from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
@@ -49,3 +50,13 @@ def test_runners_report_rows_lag_errors_and_the_newest_event(engine_settings: Se
     assert after.bad_rows == 0
     newest = repo.events(40).ts.max()
     assert after.newest_event is not None and after.newest_event == newest.to_pydatetime()
+
+
+def test_a_stopped_offline_writer_shows_in_its_datasets_health(engine_settings: Settings) -> None:
+    s = engine_settings
+    jobs = commit(s, repo.graph(f"{s.namespace}.raw"))
+    offline = jobs["offline:Txn"]
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        registry.record_failure(conn, offline.hash, 0, "health-test", "the bucket is gone")
+        txn = {h.dataset: h for h in stream_health(conn) if h.branch == "main"}["Txn"]
+    assert txn.stopped == (f"{offline.name} p0: the bucket is gone",)
