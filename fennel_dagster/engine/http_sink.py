@@ -36,7 +36,6 @@ import orjson
 from confluent_kafka import (
     OFFSET_STORED,
     Consumer,
-    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -173,16 +172,9 @@ class HttpDelivery:
         m.batch_seconds.labels(self.job.name).observe(seconds)
 
     def _measure_lag(self, c: Consumer) -> None:
-        """Outbox changes not yet delivered (a broker round trip: every few seconds)."""
-        try:
-            behind = 0
-            for tp in c.position(c.assignment()):
-                _, high = c.get_watermark_offsets(tp, timeout=1.0, cached=False)
-                if tp.offset >= 0:
-                    behind += max(0, high - tp.offset)
+        behind = kafka_clients.lag(c)  # outbox changes not yet delivered
+        if behind is not None:
             self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
-        except KafkaException:
-            pass  # an unreachable broker is the loop's business, not the metric's
 
     def _deliver(
         self, batch: list[Message], stop: threading.Event, beat: Callable[[], None]

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from fennel_dagster.engine.failures import RecoveryError
@@ -88,3 +88,18 @@ def in_message(msg: Message) -> InMessage:
     ts = msg.timestamp()
     return InMessage(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
                      msg.value(), ts[1] if ts else 0)  # fmt: skip
+
+
+def lag(c: Consumer) -> int | None:
+    """Messages between ``c``'s positions and the ends of its assigned partitions (a broker
+    round trip: ask every few seconds); None when the broker cannot be reached (the
+    consumer's loop meets that itself)."""
+    try:
+        behind = 0
+        for tp in c.position(c.assignment()):
+            _, high = c.get_watermark_offsets(tp, timeout=1.0, cached=False)
+            if tp.offset >= 0:
+                behind += max(0, high - tp.offset)
+        return behind
+    except KafkaException:
+        return None

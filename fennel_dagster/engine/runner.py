@@ -246,17 +246,10 @@ class Runner:
         return out
 
     def _measure_lag(self, consumer: Consumer) -> None:
-        """Messages behind the end of the inputs (a broker round trip: every few seconds)."""
-        try:
-            behind = 0
-            for tp in consumer.position(consumer.assignment()):
-                _, high = consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
-                if tp.offset >= 0:
-                    behind += max(0, high - tp.offset)
+        behind = kafka_clients.lag(consumer)
+        if behind is not None:
             self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
             self._unreported = replace(self._unreported, lag=behind)
-        except KafkaException:
-            pass  # an unreachable broker is the runner's loop's business, not the metric's
 
     def _process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
         name, ds = self.job.name, self.job.spec.dataset.name
