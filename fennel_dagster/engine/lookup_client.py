@@ -8,10 +8,12 @@ without a live engine fails fast with ``EngineUnavailable`` naming it; the other
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 import pandas as pd
@@ -20,7 +22,8 @@ import psycopg
 from fennel_dagster.engine import lookups
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.registry import JobRow
-from fennel_dagster.ops.rows import from_records, json_value, to_records
+from fennel_dagster.ops.keys import micros_of
+from fennel_dagster.ops.rows import from_records, to_records
 from fennel_dagster.query.lookup import LookupFailed
 
 SERVICE_HEADER = "X-Fennel-Service"
@@ -56,19 +59,32 @@ def load_routes(conn: psycopg.Connection, lease_s: float) -> Routes:
     })  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """One engine request of a lookup: the keys of one partition."""
+
+    partition: int
+    address: str
+    body: bytes
+    rows: list[int]  # where its keys are in the lookup
+
+
 class EngineLookups:
-    """Lookups of one serving job's dataset at the engines that own its partitions."""
+    """Lookups of one serving job's dataset at the engines that own its partitions, from a
+    thread (``lookup``, over ``http``) or from the event loop (``lookup_async``, over
+    ``session``: no thread waits on an engine)."""
 
     def __init__(
         self,
         routes: Routes,
         secret: str,
-        http: httpx.Client,
+        http: httpx.Client | None = None,
         fanout: ThreadPoolExecutor | None = None,
         timeout: float = 5.0,
+        session: aiohttp.ClientSession | None = None,
     ) -> None:
         self.routes, self.secret = routes, secret
-        self.http, self.fanout, self.timeout = http, fanout, timeout
+        self.http, self.fanout, self.timeout, self.session = http, fanout, timeout, session
         self.calls = 0  # engine requests made (a plan's lookup fan-out)
 
     def lookup(
@@ -78,52 +94,105 @@ class EngineLookups:
         keys: pd.DataFrame,
         fields: list[str] | None,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        name = job.spec.dataset.name
-        ds = job.spec.dataset
-        keys = keys.reset_index(drop=True)
-        parts = lookups.partitions_of(job, keys)
-        key_recs = to_records(keys, list(ds.keys))
-        stamps = [json_value(t) for t in pd.to_datetime(pd.Series(ts), utc=True)]
-        groups: dict[int, list[int]] = {}
-        for i, p in enumerate(parts):
-            groups.setdefault(p, []).append(i)
+        key_recs, asks = self._asks(job, ts, keys, fields)
+        if self.http is None:
+            raise RuntimeError("EngineLookups.lookup needs an httpx.Client (http=)")
+        http = self.http
 
-        def ask(part: int, idx: list[int]) -> dict[str, Any]:
-            address = self.routes.of(job, part, name)
-            body = orjson.dumps({
-                "job": job.hash, "partition": part, "fields": fields,
-                "keys": [key_recs[i] for i in idx], "timestamps": [stamps[i] for i in idx],
-            })  # fmt: skip
+        def ask(a: _Ask) -> dict[str, Any]:
             try:
-                resp = self.http.post(f"http://{address}/lookup", content=body, timeout=self.timeout,
-                                      headers={SERVICE_HEADER: self.secret,
-                                               "Content-Type": "application/json"})  # fmt: skip
+                resp = http.post(f"http://{a.address}/lookup", content=a.body,
+                                 timeout=self.timeout, headers=self._headers())  # fmt: skip
             except httpx.HTTPError as e:
-                raise EngineUnavailable(
-                    f"the engine serving partition {part} of {job.name} (dataset {name}) at "
-                    f"{address} did not answer ({type(e).__name__}); retry in a few seconds"
-                ) from e
-            reply: dict[str, Any] = orjson.loads(resp.content or b"{}")
-            if resp.status_code == 409:
-                raise EngineUnavailable(
-                    f"partition {part} of {job.name} (dataset {name}) is moving between engines; "
-                    "retry in a few seconds"
-                )
-            if resp.status_code != 200:
-                raise LookupFailed(f"lookup of {name}: {reply.get('error', resp.status_code)}")
-            return reply
+                raise self._unreachable(job, a, e) from e
+            return self._reply(job, a, resp.status_code, resp.content)
 
-        self.calls += len(groups)
-        if len(groups) == 1 or self.fanout is None:
-            replies = [ask(p, idx) for p, idx in groups.items()]
+        if len(asks) == 1 or self.fanout is None:
+            replies = [ask(a) for a in asks]
         else:
-            replies = list(self.fanout.map(lambda kv: ask(*kv), groups.items()))
+            replies = list(self.fanout.map(ask, asks))
+        return self._assemble(job, key_recs, asks, replies, fields)
+
+    async def lookup_async(
+        self,
+        job: JobRow,
+        ts: pd.Series,
+        keys: pd.DataFrame,
+        fields: list[str] | None,
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        key_recs, asks = self._asks(job, ts, keys, fields)
+        if self.session is None:
+            raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
+        session = self.session
+        limit = aiohttp.ClientTimeout(total=self.timeout)
+
+        async def ask(a: _Ask) -> dict[str, Any]:
+            try:
+                async with session.post(f"http://{a.address}/lookup", data=a.body,
+                                        headers=self._headers(), timeout=limit) as resp:  # fmt: skip
+                    content = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise self._unreachable(job, a, e) from e
+            return self._reply(job, a, resp.status, content)
+
+        replies = await asyncio.gather(*(ask(a) for a in asks))
+        return self._assemble(job, key_recs, asks, list(replies), fields)
+
+    def _asks(
+        self, job: JobRow, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[list[dict[str, Any]], list[_Ask]]:
+        ds = job.spec.dataset
+        key_recs = to_records(keys.reset_index(drop=True), list(ds.keys))
+        stamps = micros_of(pd.Series(ts))
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(lookups.partitions_of_records(job, key_recs)):
+            groups.setdefault(p, []).append(i)
+        asks = [
+            _Ask(part, self.routes.of(job, part, ds.name), orjson.dumps({
+                "job": job.hash, "partition": part, "fields": fields,
+                "keys": [key_recs[i] for i in idx], "micros": [stamps[i] for i in idx],
+            }), idx)
+            for part, idx in groups.items()
+        ]  # fmt: skip
+        self.calls += len(asks)
+        return key_recs, asks
+
+    def _headers(self) -> dict[str, str]:
+        return {SERVICE_HEADER: self.secret, "Content-Type": "application/json"}
+
+    def _unreachable(self, job: JobRow, a: _Ask, e: Exception) -> EngineUnavailable:
+        return EngineUnavailable(
+            f"the engine serving partition {a.partition} of {job.name} (dataset "
+            f"{job.spec.dataset.name}) at {a.address} did not answer ({type(e).__name__}); "
+            "retry in a few seconds"
+        )
+
+    def _reply(self, job: JobRow, a: _Ask, status: int, content: bytes) -> dict[str, Any]:
+        name = job.spec.dataset.name
+        reply: dict[str, Any] = orjson.loads(content or b"{}")
+        if status == 409:
+            raise EngineUnavailable(
+                f"partition {a.partition} of {job.name} (dataset {name}) is moving between "
+                "engines; retry in a few seconds"
+            )
+        if status != 200:
+            raise LookupFailed(f"lookup of {name}: {reply.get('error', status)}")
+        return reply
+
+    def _assemble(
+        self,
+        job: JobRow,
+        key_recs: list[dict[str, Any]],
+        asks: list[_Ask],
+        replies: list[dict[str, Any]],
+        fields: list[str] | None,
+    ) -> tuple[pd.DataFrame, pd.Series]:
         rows: list[dict[str, Any]] = [{} for _ in key_recs]
         found = [False] * len(key_recs)
-        for idx, reply in zip(groups.values(), replies, strict=True):
-            for i, r, f in zip(idx, reply["rows"], reply["found"], strict=True):
+        for a, reply in zip(asks, replies, strict=True):
+            for i, r, f in zip(a.rows, reply["rows"], reply["found"], strict=True):
                 rows[i], found[i] = r, f
-        wanted = [f for f in ds.fields if fields is None or f.name in fields]
+        wanted = [f for f in job.spec.dataset.fields if fields is None or f.name in fields]
         for i, rec in enumerate(rows):
             if not rec:  # the partition has no state yet
                 rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}

@@ -8,6 +8,7 @@ keys go to that job's partitions by the dataset's key values, the same rule prod
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -15,7 +16,7 @@ from fennel_dagster.engine.partitioning import key_bytes, partition_for
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.ops.state import StateReader
-from fennel_dagster.query.lookup import LookupFailed, lookup_state
+from fennel_dagster.query.lookup import LookupFailed, lookup_state, lookup_state_records
 from fennel_dagster.wire import plan
 
 
@@ -33,9 +34,13 @@ def serving_job(jobs: Sequence[JobRow], dataset: str) -> JobRow:
 
 
 def partitions_of(job: JobRow, keys: pd.DataFrame) -> list[int]:
-    ds = job.spec.dataset
-    rows = to_records(keys, list(ds.keys))
-    return [partition_for(key_bytes([r[k] for k in ds.keys]), job.partitions) for r in rows]
+    return partitions_of_records(job, to_records(keys, list(job.spec.dataset.keys)))
+
+
+def partitions_of_records(job: JobRow, keys: Sequence[dict[str, Any]]) -> list[int]:
+    """The partition of each key record (JSON values of the dataset's key fields)."""
+    names = job.spec.dataset.keys
+    return [partition_for(key_bytes([r[k] for k in names]), job.partitions) for r in keys]
 
 
 def answer(
@@ -45,5 +50,19 @@ def answer(
     ts: pd.Series,
     fields: list[str] | None = None,
 ) -> tuple[pd.DataFrame, pd.Series]:
-    serves = job.spec.serves if isinstance(job.spec, plan.PipelineJobSpec) else None
-    return lookup_state(state, job.spec.dataset, serves, keys, ts, fields)
+    return lookup_state(state, job.spec.dataset, _serves(job), keys, ts, fields)
+
+
+def answer_records(
+    state: StateReader,
+    job: JobRow,
+    keys: list[dict[str, Any]],
+    stamps_us: list[int],
+    fields: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], list[bool]]:
+    """``answer`` as JSON records, the lookup endpoint's reply."""
+    return lookup_state_records(state, job.spec.dataset, _serves(job), keys, stamps_us, fields)
+
+
+def _serves(job: JobRow) -> plan.AggregateServing | None:
+    return job.spec.serves if isinstance(job.spec, plan.PipelineJobSpec) else None

@@ -32,6 +32,15 @@ def micros(ts: pd.Timestamp) -> int:
     return int(ts.value // 1000)
 
 
+def micros_of(ts: pd.Series) -> list[int]:
+    """``[micros(t) for t in ts]`` for timestamps (any tz-aware, or naive as UTC), vectorised."""
+    if not isinstance(ts.dtype, pd.DatetimeTZDtype):
+        ts = pd.to_datetime(ts, utc=True)
+    if ts.dtype.unit != "ns":  # type: ignore[union-attr]
+        ts = ts.dt.as_unit("ns")
+    return (ts.array.asi8 // 1000).tolist()  # type: ignore[union-attr,no-any-return]
+
+
 def entry_key(values: tuple[Any, ...], ts_micros: int, seq: int) -> bytes:
     return key_prefix(values) + _TS.pack(ts_micros + _FLIP, seq)
 

@@ -15,6 +15,10 @@ from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
 
+LookupKey = tuple[str, tuple[str, ...]]  # (dataset, the inputs that key it)
+Fetched = tuple[pd.DataFrame, pd.Series]  # (rows, found)
+Columns = dict[str, pd.Series]  # the query's columns by full feature name, as they are made
+
 
 class ExtractorError(QueryError, RuntimeError):
     """An extractor that raised or returned something other than its declared outputs."""
@@ -56,43 +60,61 @@ class QueryExecutor:
             self._loaded[key] = load(ex.code, ns)  # type: ignore[arg-type]
         return self._loaded[key]
 
-    def run(self, plan: QueryPlan, inputs: pd.DataFrame, ts: pd.Series) -> pd.DataFrame:
-        frame = inputs.reset_index(drop=True).copy()
+    def run(
+        self,
+        plan: QueryPlan,
+        inputs: pd.DataFrame,
+        ts: pd.Series,
+        fetched: Mapping[LookupKey, Fetched] | None = None,
+    ) -> pd.DataFrame:
+        """``fetched``: answers to ``prefetches(plan, ...)`` gathered by the caller (a server
+        asks its engines without blocking a thread); otherwise the provider answers them."""
+        inputs = inputs.reset_index(drop=True)
+        columns: Columns = {str(c): inputs[c] for c in inputs.columns}
         ts = pd.to_datetime(ts, utc=True).reset_index(drop=True)
-        fetched = self._prefetch(plan, frame, ts)
+        if fetched is None:
+            fetched = self._prefetch(plan, columns, ts)
         with lookups_served_by(self.provider):
             for ex in plan.steps:
-                produced = self._run_one(ex, frame, ts, fetched)
+                produced = self._run_one(ex, columns, len(inputs), ts, fetched)
                 for name, col in produced.items():
-                    frame[f"{ex.featureset}.{name}"] = col
-        return frame[list(plan.outputs)]
+                    columns[f"{ex.featureset}.{name}"] = col
+        return pd.DataFrame({o: columns[o] for o in plan.outputs})
 
     def run_python(
         self, ex: spec.ExtractorSpec, frame: pd.DataFrame, ts: pd.Series
     ) -> dict[str, pd.Series]:
         """One Python extractor over ``frame`` (its inputs, by full feature name), its lookups
         answered by the provider: how Spark runs it on each chunk of an offline query."""
+        columns: Columns = {str(c): frame[c] for c in frame.columns}
         with lookups_served_by(self.provider):
-            return self._run_one(ex, frame, ts, {})
+            return self._run_one(ex, columns, len(frame), ts, {})
 
-    def _prefetch(
-        self, plan: QueryPlan, frame: pd.DataFrame, ts: pd.Series
-    ) -> dict[tuple[str, tuple[str, ...]], tuple[pd.DataFrame, pd.Series]]:
-        """Lookup extractors whose keys are query inputs, one call per (dataset, key inputs)
-        with all their fields: a featureset of five lookups of one dataset asks it once."""
-        groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    def prefetches(self, plan: QueryPlan, inputs: Sequence[str]) -> dict[LookupKey, list[str]]:
+        """Lookups keyed by query inputs, one per (dataset, key inputs) with all their
+        fields: a featureset of five lookups of one dataset asks it once."""
+        groups: dict[LookupKey, list[str]] = {}
         for ex in plan.steps:
-            if ex.kind == "lookup" and all(i in frame.columns for i in ex.inputs):
+            if ex.kind == "lookup" and all(i in inputs for i in ex.inputs):
                 fields = groups.setdefault((ex.lookup_dataset, ex.inputs), [])  # type: ignore[arg-type]
                 if ex.lookup_field not in fields:
                     fields.append(ex.lookup_field)  # type: ignore[arg-type]
+        return groups
 
-        def fetch(key: tuple[str, tuple[str, ...]]) -> tuple[pd.DataFrame, pd.Series]:
-            ds = self.datasets[key[0]]
-            keys = pd.DataFrame(
-                {k: frame[i].to_numpy() for k, i in zip(ds.keys, key[1], strict=True)}
-            )
-            return self.provider(ds.name, ts, keys, groups[key])
+    def lookup_keys(self, key: LookupKey, columns: Mapping[str, pd.Series]) -> pd.DataFrame:
+        """The keys frame of a lookup: the dataset's key fields from the inputs that key it."""
+        ds = self.datasets[key[0]]
+        return pd.DataFrame(
+            {k: columns[i].to_numpy() for k, i in zip(ds.keys, key[1], strict=True)}
+        )
+
+    def _prefetch(
+        self, plan: QueryPlan, columns: Columns, ts: pd.Series
+    ) -> dict[LookupKey, Fetched]:
+        groups = self.prefetches(plan, list(columns))
+
+        def fetch(key: LookupKey) -> Fetched:
+            return self.provider(key[0], ts, self.lookup_keys(key, columns), groups[key])
 
         if self.parallel is not None and len(groups) > 1:
             return dict(zip(groups, self.parallel.map(fetch, groups), strict=True))
@@ -101,17 +123,18 @@ class QueryExecutor:
     def _run_one(
         self,
         ex: spec.ExtractorSpec,
-        frame: pd.DataFrame,
+        columns: Columns,
+        rows: int,
         ts: pd.Series,
-        fetched: Mapping[tuple[str, tuple[str, ...]], tuple[pd.DataFrame, pd.Series]],
+        fetched: Mapping[LookupKey, Fetched],
     ) -> dict[str, pd.Series]:
         fs = self.featuresets[ex.featureset]
         dtypes = {f.name: f for f in fs.features}
         where = f"extractor {ex.featureset}.{ex.name}"
         if ex.kind == "alias":
-            return {ex.outputs[0]: frame[ex.inputs[0]]}
+            return {ex.outputs[0]: columns[ex.inputs[0]]}
         if ex.kind == "expr":
-            local = pd.DataFrame({i.split(".", 1)[1]: frame[i] for i in ex.inputs})
+            local = pd.DataFrame({i.split(".", 1)[1]: columns[i] for i in ex.inputs})
             out = astype(evaluate(ex.expr, local), dtypes[ex.outputs[0]].dtype)  # type: ignore[arg-type]
             if ex.default is not None:
                 out = out.fillna(ex.default)
@@ -120,19 +143,22 @@ class QueryExecutor:
             ds = self.datasets[ex.lookup_dataset]  # type: ignore[index]
             got = fetched.get((ds.name, ex.inputs))
             if got is None:  # keyed by a computed feature: asked when it is known
-                keys = pd.DataFrame(
-                    {k: frame[i].to_numpy() for k, i in zip(ds.keys, ex.inputs, strict=True)}
-                )
+                keys = self.lookup_keys((ds.name, ex.inputs), columns)
                 got = self.provider(ds.name, ts, keys, [ex.lookup_field])  # type: ignore[list-item]
             df, found = got
-            col = df[ex.lookup_field].astype(object).where(found.to_numpy(), None)
+            col = df[ex.lookup_field]
+            hit = found.to_numpy(dtype=bool)
+            if not hit.all():
+                col = col.astype(object).where(hit, None)
             feat = dtypes[ex.outputs[0]]
             default = ex.default if ex.default is not None else feat.default
-            if default is not None:
-                col = col.where(col.notna(), default)
-            return {ex.outputs[0]: astype(col.infer_objects(), feat.dtype)}
+            if default is not None and col.isna().any():
+                col = col.astype(object).where(col.notna(), default)
+            if col.dtype == object:
+                col = col.infer_objects()
+            return {ex.outputs[0]: astype(col.reset_index(drop=True), feat.dtype)}
         fn = self._callable(ex)
-        args = [frame[i] for i in ex.inputs]
+        args = [columns[i] for i in ex.inputs]
         try:
             result = fn(_FeaturesetHandle(fs), ts, *args)
         except Exception as e:
@@ -148,9 +174,9 @@ class QueryExecutor:
         qualified = {f"{fs.name}.{o}": o for o in ex.outputs}  # str(cls.feature) works too
         result = result.rename(columns={c: qualified[c] for c in result.columns if c in qualified})
         missing = [o for o in ex.outputs if o not in result.columns]
-        if missing or len(result) != len(frame):
+        if missing or len(result) != rows:
             raise ExtractorError(
                 f"{where} returned {len(result)} rows with columns {list(result.columns)}; "
-                f"expected {len(frame)} rows with columns {list(ex.outputs)}"
+                f"expected {rows} rows with columns {list(ex.outputs)}"
             )
         return {o: astype(result[o].reset_index(drop=True), dtypes[o].dtype) for o in ex.outputs}

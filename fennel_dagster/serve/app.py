@@ -170,6 +170,7 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
     async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
         server.start()
         yield
+        await server.runner.aclose()
         server.close()
 
     v1 = "/api/v1"

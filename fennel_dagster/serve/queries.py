@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 import pandas as pd
 from prometheus_client import Histogram
@@ -37,6 +38,7 @@ STEP_SECONDS = Histogram(
     "fennel_query_plan_seconds", "Time to execute a query plan, by where it ran", ["runs_in"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
 )  # fmt: skip
+IN_LOOP_ROWS = 16  # a native plan this small runs on the event loop (a thread hop costs more)
 FANOUT = Histogram(
     "fennel_query_lookup_fanout", "Engine lookup requests made by one query",
     buckets=(0, 1, 2, 4, 8, 16, 32, 64),
@@ -83,6 +85,7 @@ class QueryRunner:
             initializer=_init_worker, initargs=(settings.model_dump_json(),),
         )  # fmt: skip
         self._plans: dict[tuple[int | None, str, tuple[str, ...], tuple[str, ...]], QueryPlan] = {}
+        self._session: aiohttp.ClientSession | None = None
 
     def warm(self) -> None:
         """Start the executor processes now rather than on the first Python extractor."""
@@ -105,6 +108,19 @@ class QueryRunner:
             self._plans[key] = found
         return found
 
+    async def session(self) -> aiohttp.ClientSession:
+        """The event loop's kept-alive connections to engines (made on first use, in the
+        loop that uses them)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
     async def run(
         self,
         graph: BranchGraph,
@@ -123,11 +139,32 @@ class QueryRunner:
             )
             where = "executor process"
         else:
-            lookups_ = EngineLookups(routes, secret, self.http, self.fanout)
-            result = await loop.run_in_executor(
-                self.threads, _execute, graph, plan, frame, ts, lookups_, self.datasets
+            via = EngineLookups(
+                routes, secret, self.http, self.fanout, session=await self.session()
             )
-            calls, where = lookups_.calls, "server"
+            executor = QueryExecutor(
+                list(graph.featuresets.values()), graph.datasets, _provider(graph, via), self.datasets
+            )  # fmt: skip
+            frame = frame.reset_index(drop=True)
+            ts = pd.to_datetime(pd.Series(ts), utc=True).reset_index(drop=True)
+            if _all_prefetched(plan, frame):
+                # engines asked from the loop, concurrently; no thread waits on them
+                groups = executor.prefetches(plan, list(frame.columns))
+                answers = await asyncio.gather(*(
+                    via.lookup_async(graph.serving_job(key[0]), ts,
+                                     executor.lookup_keys(key, frame), fields)
+                    for key, fields in groups.items()
+                ))  # fmt: skip
+                fetched = dict(zip(groups, answers, strict=True))
+                if len(frame) <= IN_LOOP_ROWS:
+                    result = executor.run(plan, frame, ts, fetched)
+                else:
+                    result = await loop.run_in_executor(
+                        self.threads, executor.run, plan, frame, ts, fetched
+                    )
+            else:  # a lookup keyed by a computed feature: asked mid-plan, from a thread
+                result = await loop.run_in_executor(self.threads, executor.run, plan, frame, ts)
+            calls, where = via.calls, "server"
         STEP_SECONDS.labels(where).observe(time.perf_counter() - start)
         FANOUT.observe(calls)
         return result
@@ -141,24 +178,15 @@ class QueryRunner:
         routes: Routes,
         secret: str,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        lookups_ = EngineLookups(routes, secret, self.http, self.fanout)
-        return await asyncio.get_running_loop().run_in_executor(
-            self.threads, lookups_.lookup, job, ts, keys, fields
-        )
+        via = EngineLookups(routes, secret, session=await self.session())
+        return await via.lookup_async(job, ts, keys, fields)
 
 
-def _execute(
-    graph: BranchGraph,
-    plan: QueryPlan,
-    frame: pd.DataFrame,
-    ts: pd.Series,
-    via: EngineLookups,
-    parallel: ThreadPoolExecutor,
-) -> pd.DataFrame:
-    executor = QueryExecutor(
-        list(graph.featuresets.values()), graph.datasets, _provider(graph, via), parallel
+def _all_prefetched(plan: QueryPlan, frame: pd.DataFrame) -> bool:
+    """Every lookup of the plan is keyed by the query's inputs (known before any step)."""
+    return all(
+        all(i in frame.columns for i in ex.inputs) for ex in plan.steps if ex.kind == "lookup"
     )
-    return executor.run(plan, frame, ts)
 
 
 def _provider(graph: BranchGraph, via: EngineLookups) -> LookupProvider:
