@@ -22,6 +22,7 @@ import psycopg
 from fennel_dagster.engine import lookups
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.registry import JobRow
+from fennel_dagster.ops.columns import positional
 from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import from_records, to_records
 from fennel_dagster.query.lookup import LookupFailed
@@ -94,7 +95,8 @@ class EngineLookups:
         keys: pd.DataFrame,
         fields: list[str] | None,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        key_recs, asks = self._asks(job, ts, keys, fields)
+        key_recs = to_records(positional(keys), list(job.spec.dataset.keys))
+        asks = self._asks(job, key_recs, micros_of(pd.Series(ts)), fields)
         if self.http is None:
             raise RuntimeError("EngineLookups.lookup needs an httpx.Client (http=)")
         http = self.http
@@ -120,7 +122,18 @@ class EngineLookups:
         keys: pd.DataFrame,
         fields: list[str] | None,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        key_recs, asks = self._asks(job, ts, keys, fields)
+        key_recs = to_records(positional(keys), list(job.spec.dataset.keys))
+        return await self.lookup_records_async(job, key_recs, micros_of(pd.Series(ts)), fields)
+
+    async def lookup_records_async(
+        self,
+        job: JobRow,
+        keys: list[dict[str, Any]],
+        stamps_us: list[int],
+        fields: list[str] | None,
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """``lookup_async`` of keys as JSON records and times as µs since the epoch."""
+        asks = self._asks(job, keys, stamps_us, fields)
         if self.session is None:
             raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
         session = self.session
@@ -136,14 +149,16 @@ class EngineLookups:
             return self._reply(job, a, resp.status, content)
 
         replies = await asyncio.gather(*(ask(a) for a in asks))
-        return self._assemble(job, key_recs, asks, list(replies), fields)
+        return self._assemble(job, keys, asks, list(replies), fields)
 
     def _asks(
-        self, job: JobRow, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
-    ) -> tuple[list[dict[str, Any]], list[_Ask]]:
+        self,
+        job: JobRow,
+        key_recs: list[dict[str, Any]],
+        stamps: list[int],
+        fields: list[str] | None,
+    ) -> list[_Ask]:
         ds = job.spec.dataset
-        key_recs = to_records(keys.reset_index(drop=True), list(ds.keys))
-        stamps = micros_of(pd.Series(ts))
         groups: dict[int, list[int]] = {}
         for i, p in enumerate(lookups.partitions_of_records(job, key_recs)):
             groups.setdefault(p, []).append(i)
@@ -155,7 +170,7 @@ class EngineLookups:
             for part, idx in groups.items()
         ]  # fmt: skip
         self.calls += len(asks)
-        return key_recs, asks
+        return asks
 
     def _headers(self) -> dict[str, str]:
         return {SERVICE_HEADER: self.secret, "Content-Type": "application/json"}

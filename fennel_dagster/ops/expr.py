@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fennel_dagster.errors import ExecutionError
+from fennel_dagster.ops.columns import UTC_NS
 from fennel_dagster.wire import spec
 
 Series: TypeAlias = pd.Series
@@ -400,20 +401,28 @@ def _json_path(text: str, path: str) -> Any:
 
 
 def astype(s: Series, dtype: spec.DType) -> Series:
-    """Cast to the pandas representation the platform uses for ``dtype``."""
+    """Cast to the pandas representation the platform uses for ``dtype`` (a copy)."""
     match dtype:
         case (
             spec.IntType() | spec.BetweenType(of=spec.IntType()) | spec.OneOfType(of=spec.IntType())
         ):
-            return s.astype("Int64")
+            return s.copy() if s.dtype == "Int64" else s.astype("Int64")
         case spec.FloatType() | spec.BetweenType():
+            if s.dtype == np.float64 and not np.isnan(s.to_numpy()).any():
+                return s.copy()  # already what the cast below makes (no NaN to turn into NA)
             return s.astype("Float64").astype(float) if not s.isna().any() else s.astype("Float64")
         case spec.BoolType():  # as floats: numpy's bool unless a null needs pandas' boolean
+            if s.dtype == np.bool_:
+                return s.copy()
             b = s.astype("boolean")
             return b.astype(bool) if not b.isna().any() else b
         case spec.StringType() | spec.RegexType() | spec.OneOfType():
+            if s.dtype == object and all(v is None or type(v) is str for v in s.tolist()):
+                return s.copy()
             return s.map(lambda v: None if _isnull(v) else str(v)).astype(object)
         case spec.TimestampType():
+            if s.dtype == UTC_NS:
+                return s.copy()
             return pd.to_datetime(s, utc=True)
         case spec.OptionalType(of=inner):
             return astype(s, inner)

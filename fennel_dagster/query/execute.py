@@ -10,7 +10,9 @@ import pandas as pd
 
 from fennel_dagster.declare.lookup import DatasetHandle, LookupProvider, lookups_served_by
 from fennel_dagster.errors import QueryError
+from fennel_dagster.ops.columns import positional, utc
 from fennel_dagster.ops.expr import astype, evaluate
+from fennel_dagster.ops.rows import json_column
 from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
@@ -69,9 +71,9 @@ class QueryExecutor:
     ) -> pd.DataFrame:
         """``fetched``: answers to ``prefetches(plan, ...)`` gathered by the caller (a server
         asks its engines without blocking a thread); otherwise the provider answers them."""
-        inputs = inputs.reset_index(drop=True)
+        inputs = positional(inputs)
         columns: Columns = {str(c): inputs[c] for c in inputs.columns}
-        ts = pd.to_datetime(ts, utc=True).reset_index(drop=True)
+        ts = utc(ts)
         if fetched is None:
             fetched = self._prefetch(plan, columns, ts)
         with lookups_served_by(self.provider):
@@ -107,6 +109,12 @@ class QueryExecutor:
         return pd.DataFrame(
             {k: columns[i].to_numpy() for k, i in zip(ds.keys, key[1], strict=True)}
         )
+
+    def key_records(self, key: LookupKey, columns: Mapping[str, pd.Series]) -> list[dict[str, Any]]:
+        """``to_records(lookup_keys(key, columns))``, without the frame."""
+        ds = self.datasets[key[0]]
+        values = [json_column(columns[i]) for i in key[1]]
+        return [dict(zip(ds.keys, row, strict=True)) for row in zip(*values, strict=True)]
 
     def _prefetch(
         self, plan: QueryPlan, columns: Columns, ts: pd.Series
@@ -156,7 +164,7 @@ class QueryExecutor:
                 col = col.astype(object).where(col.notna(), default)
             if col.dtype == object:
                 col = col.infer_objects()
-            return {ex.outputs[0]: astype(col.reset_index(drop=True), feat.dtype)}
+            return {ex.outputs[0]: astype(positional(col), feat.dtype)}
         fn = self._callable(ex)
         args = [columns[i] for i in ex.inputs]
         try:

@@ -28,6 +28,8 @@ from fennel_dagster.engine.lookup_client import EngineLookups, Routes
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow
+from fennel_dagster.ops.columns import positional, utc
+from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.query.execute import QueryExecutor
 from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.serve.state import BranchGraph
@@ -145,14 +147,14 @@ class QueryRunner:
             executor = QueryExecutor(
                 list(graph.featuresets.values()), graph.datasets, _provider(graph, via), self.datasets
             )  # fmt: skip
-            frame = frame.reset_index(drop=True)
-            ts = pd.to_datetime(pd.Series(ts), utc=True).reset_index(drop=True)
+            frame, ts = positional(frame), utc(ts)
             if _all_prefetched(plan, frame):
                 # engines asked from the loop, concurrently; no thread waits on them
                 groups = executor.prefetches(plan, list(frame.columns))
+                stamps = micros_of(ts)
                 answers = await asyncio.gather(*(
-                    via.lookup_async(graph.serving_job(key[0]), ts,
-                                     executor.lookup_keys(key, frame), fields)
+                    via.lookup_records_async(graph.serving_job(key[0]),
+                                             executor.key_records(key, frame), stamps, fields)
                     for key, fields in groups.items()
                 ))  # fmt: skip
                 fetched = dict(zip(groups, answers, strict=True))
