@@ -24,7 +24,7 @@ from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.columns import positional
 from fennel_dagster.ops.keys import micros_of
-from fennel_dagster.ops.rows import from_records, to_records
+from fennel_dagster.ops.rows import to_records, typed_columns
 from fennel_dagster.query.lookup import LookupFailed
 
 SERVICE_HEADER = "X-Fennel-Service"
@@ -113,7 +113,8 @@ class EngineLookups:
             replies = [ask(a) for a in asks]
         else:
             replies = list(self.fanout.map(ask, asks))
-        return self._assemble(job, key_recs, asks, replies, fields)
+        got, found = self._assemble(job, key_recs, asks, replies, fields)
+        return pd.DataFrame(got), found
 
     async def lookup_async(
         self,
@@ -123,7 +124,10 @@ class EngineLookups:
         fields: list[str] | None,
     ) -> tuple[pd.DataFrame, pd.Series]:
         key_recs = to_records(positional(keys), list(job.spec.dataset.keys))
-        return await self.lookup_records_async(job, key_recs, micros_of(pd.Series(ts)), fields)
+        got, found = await self.lookup_records_async(
+            job, key_recs, micros_of(pd.Series(ts)), fields
+        )
+        return pd.DataFrame(got), found
 
     async def lookup_records_async(
         self,
@@ -131,8 +135,9 @@ class EngineLookups:
         keys: list[dict[str, Any]],
         stamps_us: list[int],
         fields: list[str] | None,
-    ) -> tuple[pd.DataFrame, pd.Series]:
-        """``lookup_async`` of keys as JSON records and times as µs since the epoch."""
+    ) -> tuple[dict[str, pd.Series], pd.Series]:
+        """``lookup_async`` of keys as JSON records and times as µs since the epoch; the rows
+        as a column per field."""
         asks = self._asks(job, keys, stamps_us, fields)
         if self.session is None:
             raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
@@ -201,7 +206,7 @@ class EngineLookups:
         asks: list[_Ask],
         replies: list[dict[str, Any]],
         fields: list[str] | None,
-    ) -> tuple[pd.DataFrame, pd.Series]:
+    ) -> tuple[dict[str, pd.Series], pd.Series]:
         rows: list[dict[str, Any]] = [{} for _ in key_recs]
         found = [False] * len(key_recs)
         for a, reply in zip(asks, replies, strict=True):
@@ -211,4 +216,4 @@ class EngineLookups:
         for i, rec in enumerate(rows):
             if not rec:  # the partition has no state yet
                 rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
-        return from_records(rows, wanted), pd.Series(found, dtype=bool)
+        return typed_columns(rows, wanted), pd.Series(found, dtype=bool)

@@ -33,6 +33,7 @@ from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
+from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -72,6 +73,7 @@ def _runner_main(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    freeze_startup_heap()
     run_forever(settings, JobRow.from_json(job_json), partition, owner, stop)
 
 

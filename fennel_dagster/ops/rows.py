@@ -92,12 +92,16 @@ def to_records(df: pd.DataFrame, columns: Sequence[str] | None = None) -> list[d
 def from_records(
     records: Iterable[dict[str, Any]], fields: Sequence[spec.FieldSpec]
 ) -> pd.DataFrame:
+    return pd.DataFrame(typed_columns(records, fields))
+
+
+def typed_columns(
+    records: Iterable[dict[str, Any]], fields: Sequence[spec.FieldSpec]
+) -> dict[str, pd.Series]:
+    """``from_records`` as a column per field, without the frame (a few records: it costs
+    as much as the columns)."""
     recs = list(records)
-    out: dict[str, pd.Series] = {}
-    for f in fields:
-        values = [r.get(f.name) for r in recs]
-        out[f.name] = typed_series(values, f.dtype)
-    return pd.DataFrame(out)
+    return {f.name: typed_series([r.get(f.name) for r in recs], f.dtype) for f in fields}
 
 
 def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:

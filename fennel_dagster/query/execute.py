@@ -18,7 +18,8 @@ from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
 
 LookupKey = tuple[str, tuple[str, ...]]  # (dataset, the inputs that key it)
-Fetched = tuple[pd.DataFrame, pd.Series]  # (rows, found)
+# (rows, found); rows as a frame, or a column per field (the server's, without the frame)
+Fetched = tuple[pd.DataFrame | Mapping[str, pd.Series], pd.Series]
 Columns = dict[str, pd.Series]  # the query's columns by full feature name, as they are made
 
 
@@ -149,12 +150,13 @@ class QueryExecutor:
             return {ex.outputs[0]: out}
         if ex.kind == "lookup":
             ds = self.datasets[ex.lookup_dataset]  # type: ignore[index]
+            field = str(ex.lookup_field)
             got = fetched.get((ds.name, ex.inputs))
             if got is None:  # keyed by a computed feature: asked when it is known
                 keys = self.lookup_keys((ds.name, ex.inputs), columns)
-                got = self.provider(ds.name, ts, keys, [ex.lookup_field])  # type: ignore[list-item]
+                got = self.provider(ds.name, ts, keys, [field])
             df, found = got
-            col = df[ex.lookup_field]
+            col = df[field]
             hit = found.to_numpy(dtype=bool)
             if not hit.all():
                 col = col.astype(object).where(hit, None)

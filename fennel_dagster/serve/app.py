@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import FennelError
+from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.query.execute import ExtractorError
 from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.query.plan import QueryPlanError
@@ -169,6 +170,7 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
         server.start()
+        freeze_startup_heap()
         yield
         await server.runner.aclose()
         server.close()

@@ -25,6 +25,7 @@ from prometheus_client import Histogram
 from fennel_dagster.commit import branches
 from fennel_dagster.declare.lookup import LookupProvider
 from fennel_dagster.engine.lookup_client import EngineLookups, Routes
+from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow
@@ -220,6 +221,7 @@ def _init_worker(settings_json: str) -> None:
     _worker["http"] = httpx.Client()
     _worker["fanout"] = ThreadPoolExecutor(8)
     _worker["datasets"] = ThreadPoolExecutor(8)
+    freeze_startup_heap()
 
 
 def _ping(_: int) -> bool:

@@ -34,3 +34,25 @@ def test_featureset_assets_show_their_graphql_type_and_the_endpoint() -> None:
     )
     assert "type UserFeatures" in str(spec.metadata["GraphQL type"].value)
     assert str(spec.metadata["GraphQL endpoint"].value).endswith("/graphql")
+
+
+def test_a_repeated_document_is_validated_once_and_the_limits_still_hold() -> None:
+    from strawberry.extensions.validation_cache import _get_validate_cache
+
+    from fennel_dagster.serve.graphql import MAX_ALIASES
+
+    schema = SchemaBuilder(BranchGraph("main", 1, COMMIT)).build()
+    doc = '{ explain(inputs: ["UserFeatures.uid"], outputs: ["UserFeatures.spend7d"]) { outputs } }'
+    cache = _get_validate_cache(1024)
+    schema.execute_sync(doc)
+    before = cache.cache_info()
+    schema.execute_sync(doc)
+    after = cache.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+
+    bomb = "{ " + " ".join(f"a{i}: __typename" for i in range(MAX_ALIASES + 1)) + " }"
+    result = schema.execute_sync(bomb)
+    assert result.errors and "aliases" in result.errors[0].message
+    deep = "{ __schema { types { fields { type { fields { type { fields { type { name } } } } } } } } }"
+    result = schema.execute_sync(deep)
+    assert result.errors and "depth" in result.errors[0].message
