@@ -29,10 +29,11 @@ from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.query.execute import ExtractorError
 from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.query.plan import QueryPlanError
-from fennel_dagster.serve import graphql, rest
+from fennel_dagster.serve import graphql, persisted, rest
 from fennel_dagster.serve.auth import AuthError, authenticate
 from fennel_dagster.serve.frames import BadRequest, NotFound
 from fennel_dagster.serve.openapi import document
+from fennel_dagster.serve.persisted import PersistedQueryNotFound
 from fennel_dagster.serve.server import Server
 from fennel_dagster.serve.state import UnknownBranch
 from fennel_dagster.settings import Settings
@@ -136,7 +137,11 @@ async def graphql_endpoint(request: Request) -> Response:
     principal = request.state.principal
     branch = rest.branch_of(request)
     body = await rest.body_json(request)
-    query, variables = body.get("query"), body.get("variables")
+    try:
+        query = request.app.state.persisted.document(body.get("query"), body.get("extensions"))
+    except PersistedQueryNotFound:
+        return rest.JSON(persisted.not_found_body())
+    variables = body.get("variables")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("query: a GraphQL document (string) is required")
     if len(query) > MAX_QUERY_CHARS:
@@ -222,4 +227,5 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.server = server
     app.state.schemas = graphql.Schemas()
+    app.state.persisted = persisted.PersistedQueries(max_chars=MAX_QUERY_CHARS)
     return app

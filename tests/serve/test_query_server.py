@@ -176,3 +176,35 @@ def test_dagster_shows_what_the_servers_answered_on_the_featureset_assets(
         assert user.metadata["p99 ms (worst server)"].value > 0
     finally:
         get_settings.cache_clear()
+
+
+def test_graphql_persisted_queries(loaded, serving: Serving) -> None:  # type: ignore[no-untyped-def]
+    """Apollo's automatic persisted queries: a hash alone once the server has the document."""
+    import hashlib
+
+    import httpx
+
+    _, _, ev, _ = loaded
+    uid = int(ev.transactions.uid.iloc[0])
+    doc = "query Q($uid: Int64!) { userFeatures(uid: $uid) { uid txns1h country } }"
+    digest = hashlib.sha256(doc.encode()).hexdigest()
+    ext = {"persistedQuery": {"version": 1, "sha256Hash": digest}}
+    headers = {"Authorization": f"Bearer {serving.token('apq')}"}
+    with httpx.Client(base_url=serving.url, headers=headers, timeout=30) as http:
+
+        def post(body: dict) -> httpx.Response:
+            return http.post("/graphql", json={"variables": {"uid": uid}, **body})
+
+        unknown = post({"extensions": ext})
+        assert unknown.status_code == 200
+        assert unknown.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+        wrong = post({"query": doc + " ", "extensions": ext})
+        assert wrong.status_code == 400 and "sha256Hash" in wrong.json()["error"]
+        old = post({"extensions": {"persistedQuery": {"version": 2, "sha256Hash": digest}}})
+        assert old.status_code == 400 and "version" in old.json()["error"]
+        plain = post({"query": doc})
+        first = post({"query": doc, "extensions": ext})
+        by_hash = post({"extensions": ext})
+    assert plain.status_code == first.status_code == by_hash.status_code == 200
+    assert by_hash.json() == first.json() == plain.json()
+    assert by_hash.json()["data"]["userFeatures"]["uid"] == uid
