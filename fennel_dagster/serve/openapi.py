@@ -157,10 +157,18 @@ def document() -> dict[str, Any]:
                 "post": _op(
                     "GraphQL",
                     _obj(
-                        ["query"],
+                        [],  # the query, or only its hash once the server has it (APQ)
                         query={"type": "string"},
                         variables={"type": "object"},
                         operationName={"type": "string"},
+                        extensions=_obj(
+                            [],
+                            persistedQuery=_obj(
+                                ["version", "sha256Hash"],
+                                version={"type": "integer", "enum": [1]},
+                                sha256Hash={"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+                            ),
+                        ),
                     ),
                     {"type": "object"},
                 )
