@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pandas as pd
@@ -28,8 +28,6 @@ from fennel_dagster.api import (
     now_for,
     refuse_feature_log,
 )
-from fennel_dagster.batch.offline_runner import execute
-from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.commit import bank, branches, janitor, protocol, requests
 from fennel_dagster.commit.blueprint import BlueprintDiff
@@ -39,7 +37,6 @@ from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine import lookups
-from fennel_dagster.engine.backfill import Backfiller, BackfillReport
 from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import offline_queries, registry, tokens
@@ -51,6 +48,9 @@ from fennel_dagster.query.execute import QueryExecutor
 from fennel_dagster.query.plan import QueryPlanError, plan_query
 from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.wire import encode, plan, spec
+
+if TYPE_CHECKING:
+    from fennel_dagster.engine.backfill import BackfillReport
 
 
 class LocalClient:
@@ -171,12 +171,16 @@ class LocalClient:
         if not any(isinstance(j, plan.PipelineJobSpec) for j in created):
             return
         existing = [job_of(bp) for bp in (*d.reuse, *d.keep) if bp.kind == "job"]
+        from fennel_dagster.engine.backfill import Backfiller  # PySpark: only when needed
+
         backfiller = Backfiller(self.settings, self.spark, self.on_progress)
         self.backfills = backfiller.run(created, existing, attempt)
 
     def spark(self) -> Any:
         """This client's Spark session (started on first use: backfills, offline queries)."""
         if self._spark is None:
+            from fennel_dagster.batch.spark import spark_session  # PySpark: only when used
+
             make = self._spark_factory or (
                 lambda: spark_session(self.settings, app="fennel-dagster client")
             )
@@ -314,6 +318,8 @@ class LocalClient:
         with self.conn.transaction():
             request_id = offline_queries.insert(self.conn, self.branch, request)
         if not self.via_dagster:
+            from fennel_dagster.batch.offline_runner import execute  # PySpark: only when used
+
             worker = threading.Thread(
                 target=execute, args=(self.spark(), self.settings, request_id,
                                       f"local-{request_id}", self.on_progress),
