@@ -16,13 +16,14 @@ from collections import OrderedDict
 from threading import Lock
 from typing import Any
 
+from fennel_dagster.errors import QueryError
 from fennel_dagster.serve.frames import BadRequest
 
 NOT_FOUND = "PersistedQueryNotFound"
 NOT_FOUND_CODE = "PERSISTED_QUERY_NOT_FOUND"
 
 
-class PersistedQueryNotFound(Exception):
+class PersistedQueryNotFound(QueryError, LookupError):
     """The hash is not known here: the client sends the document with it (answered 200 with
     the protocol's error, as Apollo servers do)."""
 
