@@ -11,14 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from fennel_dagster import dataset, field, meta, pipeline
-from fennel_dagster import inputs as inputs_
-from fennel_dagster.aggregate import Count, Sum
+from fennel_dagster import dataset, field, meta
 from fennel_dagster.mock import MockClient
 from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.query.lookup import lookup_state, lookup_state_records
-from fennel_dagster.window import Continuous
+from tests.engine import repo
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -36,31 +34,6 @@ class Profile:
     tags: list[str]
     balance: decimal.Decimal
     ts: datetime = field(timestamp=True)
-
-
-@meta(owner="lookups@example.com")
-@dataset
-class Payment:
-    uid: int
-    amount: float
-    ts: datetime
-
-
-@meta(owner="lookups@example.com")
-@dataset(index=True)
-class Totals:
-    uid: int = field(key=True)
-    total: float
-    n: int
-    ts: datetime
-
-    @pipeline
-    @inputs_(Payment)
-    def totals(cls, p):  # type: ignore[no-untyped-def]
-        return p.groupby("uid").aggregate(
-            total=Sum(of="amount", window=Continuous("forever")),
-            n=Count(window=Continuous("forever")),
-        )
 
 
 def _profiles() -> pd.DataFrame:
@@ -102,15 +75,13 @@ def test_index_records_equal_the_frame_answer(fields: list[str] | None) -> None:
 
 
 def test_aggregate_records_equal_the_frame_answer() -> None:
+    datasets = repo.graph("events")  # Spend: a Count and a Sum over a 1h continuous window
     mock = MockClient()
-    mock.commit("m", datasets=[Payment, Totals])
-    mock.log(Payment, pd.DataFrame({
-        "uid": [1, 1, 2, 3], "amount": [1.5, 2.5, 4.0, 8.0],
-        "ts": [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2), T0 + timedelta(hours=5)],
-    }))  # fmt: skip
-    keys = pd.DataFrame({"uid": pd.Series([1, 2, 3, 9], dtype="Int64")})
-    at = pd.Series([T0 + timedelta(hours=1)] * 4)
+    mock.commit("m", datasets=datasets)
+    mock.log(datasets[0], repo.events(200, keys=5))
+    keys = pd.DataFrame({"uid": pd.Series([0, 1, 2, 3, 4, 99], dtype="Int64")})
+    at = pd.Series([repo.T0 - timedelta(hours=1), *[repo.T0 + timedelta(minutes=40)] * 5])
     for fields in (None, ["total"]):
-        want, got = _both(mock, "Totals", keys, at, fields)
+        want, got = _both(mock, "Spend", keys, at, fields)
         assert got == want
-    assert got[1] == [True, True, False, False]
+    assert got[1] == [False, True, True, True, True, False]
