@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
+import tempfile
 from typing import Any
 
 from fennel_dagster.settings import get_settings
@@ -13,8 +16,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="run a query server (Fennel's HTTP API and GraphQL)")
     p.add_argument("--host", default=None, help="address to bind (default: the settings' host)")
     p.add_argument("--port", type=int, default=None, help="port (default: settings' serve_port)")
-    p.add_argument("--executors", type=int, default=2,
-                   help="executor processes for Python extractors (default 2)")  # fmt: skip
+    p.add_argument(
+        "--executors",
+        type=int,
+        default=2,
+        help="executor processes for Python extractors, per worker (default 2)",
+    )
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes sharing the port, one core each (default 1)")  # fmt: skip
     p.set_defaults(func=run)
 
     t = sub.add_parser("token", help="create, list and revoke the query servers' API tokens")
@@ -39,15 +48,29 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from fennel_dagster.serve.app import build_app
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("fennel_dagster.serve.requests").setLevel(logging.WARNING)
     s = get_settings()
     host, port = args.host or s.host, args.port or s.serve_port
     print(f"query server on http://{host}:{port} (GraphQL at /graphql)", flush=True)
-    uvicorn.run(build_app(s, processes=args.executors), host=host, port=port, loop="uvloop",
-                http="httptools", log_level="warning", access_log=False)  # fmt: skip
+    options: dict[str, Any] = dict(host=host, port=port, loop="uvloop", http="httptools",
+                                   log_level="warning", access_log=False)  # fmt: skip
+    if args.workers <= 1:
+        from fennel_dagster.serve.app import build_app
+
+        uvicorn.run(build_app(s, processes=args.executors), **options)
+        return 0
+    from fennel_dagster.serve.app import EXECUTORS_ENV, METRICS_DIR_ENV
+
+    # the workers are started by uvicorn and read everything from the environment; their
+    # metrics go to files of one directory, which any worker's /metrics merges
+    shared = tempfile.mkdtemp(prefix="fd-serve-metrics-")
+    os.environ.update({METRICS_DIR_ENV: shared, EXECUTORS_ENV: str(args.executors)})
+    try:
+        uvicorn.run("fennel_dagster.serve.app:app_from_env", factory=True,
+                    workers=args.workers, **options)  # fmt: skip
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
     return 0
 
 

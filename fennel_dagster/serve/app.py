@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,14 @@ from functools import lru_cache
 from typing import Any
 
 import graphql as gql
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,7 +44,7 @@ from fennel_dagster.serve.openapi import document
 from fennel_dagster.serve.persisted import PersistedQueryNotFound
 from fennel_dagster.serve.server import Server
 from fennel_dagster.serve.state import UnknownBranch
-from fennel_dagster.settings import Settings
+from fennel_dagster.settings import Settings, get_settings
 
 log = logging.getLogger("fennel_dagster.serve.requests")
 LATENCY = Histogram(
@@ -47,6 +55,8 @@ ERRORS = Counter(
     "fennel_query_server_errors", "Requests answered with an error", ["route", "status"]
 )
 MAX_QUERY_CHARS = 100_000
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # set by ``serve --workers N`` (N > 1)
+EXECUTORS_ENV = "FENNEL_DAGSTER_SERVE_EXECUTORS"
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -100,6 +110,7 @@ def guarded(handler: Handler, route: str, public: bool = False) -> Handler:
                 rest.branch_of(request), touched, elapsed, response.status_code >= 400
             )
         response.headers["x-request-id"] = rid
+        response.headers["x-fennel-server"] = request.app.state.server.window.server
         log.info(json.dumps({"request_id": rid, "route": route, "status": response.status_code,
                              "ms": round(elapsed * 1000, 3), "token": who}))  # fmt: skip
         return response
@@ -114,7 +125,14 @@ async def health(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    """This process's metrics; with several worker processes (``serve --workers``), all of
+    theirs, merged from the directory they write to (prometheus-client's multiprocess mode)."""
+    shared = os.environ.get(METRICS_DIR_ENV)
+    if not shared:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, shared)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 async def openapi(request: Request) -> Response:
@@ -167,6 +185,12 @@ async def graphql_endpoint(request: Request) -> Response:
         if result.data is None and not auth and not unavailable:
             status = 400  # the document itself was refused (syntax, validation, limits)
     return rest.JSON(payload, status_code=status)
+
+
+def app_from_env() -> Starlette:
+    """The app of one of ``serve --workers N`` processes: settings from the environment, as
+    every process of the platform reads them, executors from ``EXECUTORS_ENV``."""
+    return build_app(get_settings(), processes=int(os.environ.get(EXECUTORS_ENV, "2")))
 
 
 def build_app(settings: Settings, processes: int = 2) -> Starlette:

@@ -66,13 +66,13 @@ class Serving:
         return token
 
 
-def start_server(s: Settings, log: Path) -> Serving:
+def start_server(s: Settings, log: Path, *extra: str) -> Serving:
     port = free_port()
     env = {**os.environ, **s.as_env()}
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fennel_dagster.cli.main", "serve", "--port", str(port),
-             "--executors", "1"],
+             "--executors", "1", *extra],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://{s.host}:{port}"

@@ -208,3 +208,41 @@ def test_graphql_persisted_queries(loaded, serving: Serving) -> None:  # type: i
     assert plain.status_code == first.status_code == by_hash.status_code == 200
     assert by_hash.json() == first.json() == plain.json()
     assert by_hash.json()["data"]["userFeatures"]["uid"] == uid
+
+
+def test_several_worker_processes_answer_alike_and_export_one_set_of_metrics(  # type: ignore[no-untyped-def]
+    loaded, serving: Serving, tmp_path
+) -> None:
+    """``serve --workers 2``: both processes answer as the one-process server does, and any
+    worker's /metrics counts every worker's requests."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.serve.conftest import start_server
+
+    _, _, ev, _ = loaded
+    body = {"inputs": ["UserFeatures.uid"], "outputs": ["UserFeatures.txns_1h", "UserFeatures.country"],
+            "data": {"UserFeatures.uid": [int(u) for u in ev.transactions.uid.head(5)]}}  # fmt: skip
+    headers = {"Authorization": f"Bearer {serving.token('workers')}"}
+    want = httpx.post(f"{serving.url}/api/v1/query", json=body, headers=headers, timeout=30)
+    assert want.status_code == 200
+    two = start_server(serving.settings, tmp_path / "workers.log", "--workers", "2")
+    try:
+        servers, sent = set(), 0
+        while len(servers) < 2 or sent < 20:
+            assert sent < 400, f"only {servers} answered {sent} requests: the workers share no port"
+            with httpx.Client(headers=headers, timeout=30) as http:  # a new connection each time
+                got = http.post(f"{two.url}/api/v1/query", json=body)
+            sent += 1
+            assert got.status_code == 200 and got.json() == want.json()
+            servers.add(got.headers["x-fennel-server"])
+        text = httpx.get(f"{two.url}/metrics", timeout=10).text
+        counted = sum(
+            s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == "fennel_query_server_request_seconds_count"
+            and s.labels.get("route") == "query" and s.labels.get("status") == "200"
+        )  # fmt: skip
+        assert counted == sent
+    finally:
+        two.process.terminate()
+        two.process.wait(30)
