@@ -40,7 +40,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _end(proc: subprocess.Popen[bytes] | None, timeout: float = 60) -> None:
+def end_process(proc: subprocess.Popen[bytes] | None, timeout: float = 60) -> None:
     """SIGTERM, then SIGKILL, to a process we started (and its own process group)."""
     if proc is None or proc.poll() is not None:
         return
@@ -90,18 +90,7 @@ class Ours:
         cli = [sys.executable, "-m", "fennel_dagster.cli.main"]
         self.engine = _spawn([*cli, "engine", "--id", "qbench"], self.env,
                              self.workdir / "engine.log")  # fmt: skip
-        port = free_port()
-        self.server = _spawn([*cli, "serve", "--port", str(port), "--executors", "1"],
-                             self.env, self.workdir / "server.log")  # fmt: skip
-        self.url = f"http://{self.settings.host}:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    break
-            if self.server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"query server did not start: {self.log_tail('server')}")
-            time.sleep(0.3)
+        self.url, self.server = self.start_server("server")
         with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
             self.token = tokens.create(conn, "query-bench", ("admin",))[1]
         deadline = time.monotonic() + 10  # the server hears of it by NOTIFY, within ms
@@ -110,6 +99,23 @@ class Ours:
             if time.monotonic() > deadline:
                 raise RuntimeError("the query server never learnt of the bench token")
             time.sleep(0.02)
+
+    def start_server(self, log: str, workers: int = 1) -> tuple[str, subprocess.Popen[bytes]]:
+        """A query server of this platform (``serve --workers N``); its URL once it answers."""
+        cli = [sys.executable, "-m", "fennel_dagster.cli.main", "serve", "--executors", "1"]
+        port = free_port()
+        proc = _spawn([*cli, "--port", str(port), "--workers", str(workers)], self.env,
+                      self.workdir / f"{log}.log")  # fmt: skip
+        url = f"http://{self.settings.host}:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    return url, proc
+            if proc.poll() is not None or time.monotonic() > deadline:
+                end_process(proc)
+                raise RuntimeError(f"query server did not start: {self.log_tail(log)}")
+            time.sleep(0.3)
 
     def log_tail(self, which: str, chars: int = 3000) -> str:
         path = self.workdir / f"{which}.log"
@@ -146,8 +152,8 @@ class Ours:
         return [p.pid for p in (self.server, self.engine) if p is not None]
 
     def stop(self) -> None:
-        _end(self.server)
-        _end(self.engine, timeout=120)
+        end_process(self.server)
+        end_process(self.engine, timeout=120)
         try:
             drop_platform(self.settings)
         finally:
