@@ -3,9 +3,12 @@
 A continuous aggregate emits, per event, the aggregates of its key's events with time in
 ``[t - duration, t]`` (``forever``: all up to ``t``), both ends included as in Fennel:
 exactly a Spark window partitioned by the key, ordered by event time in microseconds, with
-the range frame ``[t - duration, t]``. Count, sum, avg, min and max over int or float columns run so,
-in the JVM, with no Python per row; any other aggregation (or a decimal column) keeps the
-node on the engine's operator code (``batch.pipeline``). ``tests/batch`` proves both paths
+the range frame ``[t - duration, t]``. Count, sum, avg, min and max over int or float columns
+run so, in the JVM, with no Python per row. Distinct, LastK and count(unique) have no such
+frame form that is not O(window) per row; they take one pass over the key's time-sorted
+history in ``mapInArrow`` (``ops.aggregate.sorted_runs``: O(1) per event), before the window
+functions, on the same partitioning. Any other aggregation (or a decimal column) keeps the
+node on the engine's operator code (``batch.pipeline``). ``tests/batch`` proves the paths
 equal to the mock.
 
 One difference in the last bits only: a float sum here is Spark's running double sum, the
@@ -14,10 +17,18 @@ engine's is the correctly rounded exact sum.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
+from pyspark.sql import types as T  # noqa: N812
+from pyspark.sql.pandas.types import to_arrow_type
 
 from fennel_dagster.batch.expr import spark_type
+from fennel_dagster.ops.aggregate.layout import of_columns
+from fennel_dagster.ops.aggregate.sorted_runs import SortedRuns, runnable
 from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.wire import spec
@@ -26,20 +37,37 @@ NATIVE_KINDS = ("count", "sum", "avg", "min", "max")
 EXACT_INT = "decimal(38,0)"
 
 
+RUN_TYPES = spec.IntType | spec.FloatType | spec.StringType | spec.BoolType
+RUN = "__fennel_run"  # the sorted-run columns, before their final names and types
+
+
 def _numeric(dtype: spec.DType) -> bool:
     return isinstance(base_type(dtype), spec.IntType | spec.FloatType)
 
 
+def _in_jvm(a: spec.AggSpec, types: dict[str, spec.DType]) -> bool:
+    if a.kind not in NATIVE_KINDS or a.window.lookback:
+        return False
+    if a.window.kind not in ("continuous", "forever") or (a.kind == "count" and a.unique):
+        return False
+    return a.of is None or _numeric(types[a.of])
+
+
+def _in_run(a: spec.AggSpec, types: dict[str, spec.DType]) -> bool:
+    return runnable(a) and isinstance(base_type(types[a.of or ""]), RUN_TYPES)
+
+
 def eligible(node: spec.AggregateNode, fields_in: list[spec.FieldSpec]) -> bool:
     types = {f.name: f.dtype for f in fields_in}
-    for a in node.aggs:
-        if a.kind not in NATIVE_KINDS or a.window.lookback:
-            return False
-        if a.window.kind not in ("continuous", "forever") or (a.kind == "count" and a.unique):
-            return False
-        if a.of is not None and not _numeric(types[a.of]):
-            return False
-    return True
+    if not all(_in_jvm(a, types) or _in_run(a, types) for a in node.aggs):
+        return False
+    if all(_in_jvm(a, types) for a in node.aggs):
+        return True
+    # a sorted run reads every column the node reads (its ties' order) and hashes its keys
+    scalar = spec.IntType | spec.StringType
+    return all(isinstance(base_type(types[c]), RUN_TYPES) for c in of_columns(node)) and all(
+        isinstance(base_type(types[k]), scalar) for k in node.keys
+    )
 
 
 def continuous(
@@ -48,14 +76,20 @@ def continuous(
     ts: str,
     fields_out: list[spec.FieldSpec],
 ) -> DataFrame:
-    """The node's per-event rows, computed by Spark window functions."""
+    """The node's per-event rows: Spark window functions (and sorted runs, ``_with_runs``)."""
     t = "__fennel_t"
     out_types = {f.name: spark_type(f.dtype) for f in fields_out}
     fields_out_types = {f.name: f.dtype for f in fields_out}
     rows = df.withColumn(t, F.unix_micros(F.col(ts)))
     cols: list[Column] = [F.col(k) for k in node.keys]
     fits: list[Column] = []
+    in_run = [a for a in node.aggs if a.kind not in NATIVE_KINDS or a.unique]
+    if in_run:
+        rows = _with_runs(node, rows, ts, t, in_run, fields_out)
     for a in node.aggs:
+        if a in in_run:
+            cols.append(F.col(RUN + a.into).cast(out_types[a.into]).alias(a.into))
+            continue
         base = Window.partitionBy(*node.keys).orderBy(F.col(t))
         if a.window.kind == "forever" or a.window.duration is None:
             frame = base.rangeBetween(Window.unboundedPreceding, 0)
@@ -97,3 +131,72 @@ def _agg(a: spec.AggSpec, exact: bool = False) -> Column:
 def _empty(a: spec.AggSpec) -> object:
     """The engine's value of a window with no values: sum 0, count 0, else the default."""
     return 0 if a.kind in ("sum", "count") else a.default
+
+
+def _with_runs(
+    node: spec.AggregateNode,
+    rows: DataFrame,
+    ts: str,
+    t: str,
+    aggs: list[spec.AggSpec],
+    fields_out: list[spec.FieldSpec],
+) -> DataFrame:
+    """``rows`` (the columns the node reads) with a column ``RUN + into`` per sorted-run
+    aggregation: hash-partitioned by the keys and sorted by (keys, time), the partitioning
+    the window functions that follow need, so Spark shuffles once."""
+    reads = of_columns(node)
+    kept = list(dict.fromkeys([*node.keys, ts, t, *reads]))
+    parts = rows.select(*kept).repartition(*node.keys).sortWithinPartitions(*node.keys, t)
+    out_types = {f.name: spark_type(f.dtype) for f in fields_out}
+    added = [T.StructField(RUN + a.into, out_types[a.into]) for a in aggs]
+    schema = T.StructType([*parts.schema.fields, *added])
+    arrow = [pa.field(f.name, to_arrow_type(f.dataType)) for f in added]
+    floats = {f.name for f in parts.schema.fields if isinstance(f.dataType, T.DoubleType)}
+    keys = list(node.keys)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        runs = SortedRuns(aggs, reads)
+        for table, key_of, times in _whole_instants(batches, keys, t):
+            cols = {c: _json_safe(table.column(c).to_pylist(), c in floats) for c in reads}
+            values = runs.feed(key_of, times, cols)
+            for f, a in zip(arrow, aggs, strict=True):
+                table = table.append_column(f, pa.array(values[a.into], type=f.type))
+            yield from table.to_batches()
+
+    return parts.mapInArrow(run, schema)
+
+
+def _json_safe(values: list[Any], floats: bool) -> list[Any]:
+    """NaN reads as null, as the engine's records hold it."""
+    return [None if v != v else v for v in values] if floats else values
+
+
+def _whole_instants(
+    batches: Iterator[pa.RecordBatch], keys: Sequence[str], t: str
+) -> Iterator[tuple[pa.Table, list[Any], list[int]]]:
+    """Arrow batches sorted by (keys, time) re-cut so the rows of one (key, time) never
+    straddle two, with each row's key and time."""
+    held: pa.Table | None = None
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        if held is not None:
+            table = pa.concat_tables([held, table])
+        key_of = _keys(table, keys)
+        times = table.column(t).to_pylist()
+        n = len(times)
+        if n == 0:
+            continue
+        cut = n - 1
+        while cut > 0 and times[cut - 1] == times[n - 1] and key_of[cut - 1] == key_of[n - 1]:
+            cut -= 1
+        held = table.slice(cut)
+        if cut:
+            yield table.slice(0, cut), key_of[:cut], times[:cut]
+    if held is not None and held.num_rows:
+        yield held, _keys(held, keys), held.column(t).to_pylist()
+
+
+def _keys(table: pa.Table, keys: Sequence[str]) -> list[Any]:
+    if len(keys) == 1:
+        return table.column(keys[0]).to_pylist()
+    return list(zip(*[table.column(k).to_pylist() for k in keys], strict=True))

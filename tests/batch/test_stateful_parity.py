@@ -480,6 +480,59 @@ def test_aggregate_forever_window_on_native_spark_windows(
     _assert_same(spark, [Ev, _native_aggregate("forever")], "Fast", evs)
 
 
+def _run_aggregate(span: str) -> type:
+    """Distinct, LastK and count(unique) beside window functions: the sorted-run road."""
+
+    @meta(owner=OWNER)
+    @dataset(index=True)
+    class Runs:
+        uid: int = field(key=True)
+        n: int
+        total: float
+        names: list[str]
+        kept: list[str]
+        last2: list[str]
+        recent: list[float]
+        n_unique: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev)
+        def agg(cls, ev):
+            window = Continuous(span)
+            return ev.groupby("uid").aggregate(
+                n=Count(window=window),
+                total=Sum(of="v", window=window),
+                names=Distinct(of="s", window=window),
+                kept=Distinct(of="s", dropnull=True, window=window),
+                last2=LastK(of="s", limit=2, dedup=False, window=window),
+                recent=LastK(of="v", limit=3, dedup=True, dropnull=True, window=window),
+                n_unique=Count(of="s", unique=True, approx=True, window=window),
+            )
+
+    return Runs
+
+
+@pytest.mark.parametrize("span", ["1h", "forever"])
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_continuous_window_on_sorted_runs(
+    spark: Any, span: str, evs: list[dict[str, Any]]
+) -> None:
+    runs = _run_aggregate(span)
+    commit = commit_spec("p", [Ev, runs], [])
+    node = next(d for d in commit.datasets if d.name == "Runs").pipelines[0].nodes[-1]
+    assert isinstance(node, spec.AggregateNode)
+    assert native.eligible(node, list(commit.datasets[0].fields))  # not the operator code
+    batch = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(batch)
+    spark.conf.set(batch, "4")  # Arrow batches that cut through keys and instants
+    try:
+        _assert_same(spark, [Ev, runs], "Runs", evs)
+    finally:
+        spark.conf.set(batch, before)
+
+
 @meta(owner=OWNER)
 @source(Webhook(name="hook").endpoint("units"))
 @dataset
@@ -489,7 +542,7 @@ class Units:
     ts: datetime
 
 
-def _unit_totals(native_only: bool) -> type:
+def _unit_totals(road: str) -> type:
     @meta(owner=OWNER)
     @dataset(index=True)
     class UnitTotals:
@@ -503,7 +556,12 @@ def _unit_totals(native_only: bool) -> type:
         @inputs(Units)
         def agg(cls, u):
             w = Continuous("forever")
-            extra = {} if native_only else {"last": LastK(of="qty", limit=1, dedup=False, window=w)}
+            native_only = road == "native"
+            extra = {
+                "native": {},
+                "sorted-run": {"last": LastK(of="qty", limit=1, dedup=False, window=w)},
+                "operator-code": {"last": FirstK(of="qty", limit=1, dedup=False, window=w)},
+            }[road]
             out = u.groupby("uid").aggregate(
                 units=Sum(of="qty", window=w), n=Count(window=w), **extra
             )
@@ -512,9 +570,9 @@ def _unit_totals(native_only: bool) -> type:
     return UnitTotals
 
 
-@pytest.mark.parametrize("native_only", [True, False], ids=["native", "operator-code"])
+@pytest.mark.parametrize("road", ["native", "sorted-run", "operator-code"])
 def test_an_int_sum_that_overflows_int64_leaves_its_rows_out_on_spark_as_on_the_engine(
-    spark: Any, native_only: bool
+    spark: Any, road: str
 ) -> None:
     """Two qty of 2^62 on one key: that key's later sums leave int64. The engine makes them
     error rows (the mock rejects them); Spark leaves the same rows out — no wrap-around, no
@@ -522,13 +580,12 @@ def test_an_int_sum_that_overflows_int64_leaves_its_rows_out_on_spark_as_on_the_
     big = 2**62
     rows = [{"uid": u, "qty": q, "ts": T0 + timedelta(minutes=i)}
             for i, (u, q) in enumerate([(1, 5), (1, big), (2, 3), (1, big), (2, big), (1, -7)])]  # fmt: skip
-    target = _unit_totals(native_only)
-    if native_only:
-        commit = commit_spec("p", [Units, target], [])
-        node = next(n for n in next(d for d in commit.datasets if d.name == "UnitTotals").pipelines[0].nodes
-                    if isinstance(n, spec.AggregateNode))  # fmt: skip
-        units = next(d for d in commit.datasets if d.name == "Units")
-        assert native.eligible(node, list(units.fields))
+    target = _unit_totals(road)
+    commit = commit_spec("p", [Units, target], [])
+    node = next(n for n in next(d for d in commit.datasets if d.name == "UnitTotals").pipelines[0].nodes
+                if isinstance(n, spec.AggregateNode))  # fmt: skip
+    units = next(d for d in commit.datasets if d.name == "Units")
+    assert native.eligible(node, list(units.fields)) is (road != "operator-code")
     want = _mock_rows([Units, target], "UnitTotals", {"units": rows})
     got = _spark_rows(spark, [Units, target], "UnitTotals", {"Units": rows})
     cols = ["uid", "units", "n", "ts"]
