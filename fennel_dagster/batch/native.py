@@ -4,12 +4,14 @@ A continuous aggregate emits, per event, the aggregates of its key's events with
 ``[t - duration, t]`` (``forever``: all up to ``t``), both ends included as in Fennel:
 exactly a Spark window partitioned by the key, ordered by event time in microseconds, with
 the range frame ``[t - duration, t]``. Count, sum, avg, min and max over int or float columns
-run so, in the JVM, with no Python per row. Distinct, LastK and count(unique) have no such
-frame form that is not O(window) per row; they take one pass over the key's time-sorted
-history in ``mapInArrow`` (``ops.aggregate.sorted_runs``: O(1) per event), before the window
-functions, on the same partitioning. Any other aggregation (or a decimal column) keeps the
-node on the engine's operator code (``batch.pipeline``). ``tests/batch`` proves the paths
-equal to the mock.
+run so, in the JVM, with no Python per row. But Spark recomputes a sliding frame
+for every row (O(window) per row: 4 sums over a 7-day window of 1,000 events per key took
+98 s for 1M events), and Distinct, LastK and count(unique) have no frame form at all. So a
+node with any of those, or with a window longer than ``JVM_FRAME_MAX_S``, takes one pass over each key's time-sorted history in ``mapInArrow``
+for all its aggregations instead (``ops.aggregate.sorted_runs``: amortised O(1) per event,
+exact sums as the engine's). Any other aggregation (or a decimal column) keeps the node on
+the engine's operator code (``batch.pipeline``). ``tests/batch`` proves the paths equal to
+the mock.
 
 One difference in the last bits only: a float sum here is Spark's running double sum, the
 engine's is the correctly rounded exact sum.
@@ -38,6 +40,12 @@ EXACT_INT = "decimal(38,0)"
 
 
 RUN_TYPES = spec.IntType | spec.FloatType | spec.StringType | spec.BoolType
+# Spark recomputes a sliding frame per row, so its cost grows with the rows a key has in the
+# window; a running frame (``forever``) is O(1). Measured side by side (bench/README.md): at
+# tens of rows per key and frame (1 h windows) the JVM does Count+Sum at 350k events per
+# CPU-second to the sorted runs' 196k; at thousands (a 1-day count over 200 merchants) it
+# takes 25 CPU-s per 1M events to the runs' ~8. Longer windows than this go to sorted runs.
+JVM_FRAME_MAX_S = 3600
 RUN = "__fennel_run"  # the sorted-run columns, before their final names and types
 
 
@@ -48,21 +56,27 @@ def _numeric(dtype: spec.DType) -> bool:
 def _in_jvm(a: spec.AggSpec, types: dict[str, spec.DType]) -> bool:
     if a.kind not in NATIVE_KINDS or a.window.lookback:
         return False
+    if a.window.kind == "continuous" and (a.window.duration or 0) > JVM_FRAME_MAX_S:
+        return False
     if a.window.kind not in ("continuous", "forever") or (a.kind == "count" and a.unique):
         return False
     return a.of is None or _numeric(types[a.of])
 
 
 def _in_run(a: spec.AggSpec, types: dict[str, spec.DType]) -> bool:
-    return runnable(a) and isinstance(base_type(types[a.of or ""]), RUN_TYPES)
+    return runnable(a) and (a.of is None or isinstance(base_type(types[a.of]), RUN_TYPES))
+
+
+def _all_in_jvm(node: spec.AggregateNode, types: dict[str, spec.DType]) -> bool:
+    return all(_in_jvm(a, types) for a in node.aggs)
 
 
 def eligible(node: spec.AggregateNode, fields_in: list[spec.FieldSpec]) -> bool:
     types = {f.name: f.dtype for f in fields_in}
-    if not all(_in_jvm(a, types) or _in_run(a, types) for a in node.aggs):
-        return False
-    if all(_in_jvm(a, types) for a in node.aggs):
+    if _all_in_jvm(node, types):
         return True
+    if not all(_in_run(a, types) for a in node.aggs):
+        return False
     # a sorted run reads every column the node reads (its ties' order) and hashes its keys
     scalar = spec.IntType | spec.StringType
     return all(isinstance(base_type(types[c]), RUN_TYPES) for c in of_columns(node)) and all(
@@ -74,22 +88,19 @@ def continuous(
     node: spec.AggregateNode,
     df: DataFrame,
     ts: str,
+    fields_in: list[spec.FieldSpec],
     fields_out: list[spec.FieldSpec],
 ) -> DataFrame:
-    """The node's per-event rows: Spark window functions (and sorted runs, ``_with_runs``)."""
+    """The node's per-event rows: Spark window functions, or sorted runs (``_runs``)."""
     t = "__fennel_t"
     out_types = {f.name: spark_type(f.dtype) for f in fields_out}
     fields_out_types = {f.name: f.dtype for f in fields_out}
     rows = df.withColumn(t, F.unix_micros(F.col(ts)))
+    if not _all_in_jvm(node, {f.name: f.dtype for f in fields_in}):
+        return _runs(node, rows, ts, t, fields_out)
     cols: list[Column] = [F.col(k) for k in node.keys]
     fits: list[Column] = []
-    in_run = [a for a in node.aggs if a.kind not in NATIVE_KINDS or a.unique]
-    if in_run:
-        rows = _with_runs(node, rows, ts, t, in_run, fields_out)
     for a in node.aggs:
-        if a in in_run:
-            cols.append(F.col(RUN + a.into).cast(out_types[a.into]).alias(a.into))
-            continue
         base = Window.partitionBy(*node.keys).orderBy(F.col(t))
         if a.window.kind == "forever" or a.window.duration is None:
             frame = base.rangeBetween(Window.unboundedPreceding, 0)
@@ -133,35 +144,45 @@ def _empty(a: spec.AggSpec) -> object:
     return 0 if a.kind in ("sum", "count") else a.default
 
 
-def _with_runs(
-    node: spec.AggregateNode,
-    rows: DataFrame,
-    ts: str,
-    t: str,
-    aggs: list[spec.AggSpec],
-    fields_out: list[spec.FieldSpec],
+def _runs(
+    node: spec.AggregateNode, rows: DataFrame, ts: str, t: str, fields_out: list[spec.FieldSpec]
 ) -> DataFrame:
-    """``rows`` (the columns the node reads) with a column ``RUN + into`` per sorted-run
-    aggregation: hash-partitioned by the keys and sorted by (keys, time), the partitioning
-    the window functions that follow need, so Spark shuffles once."""
+    """The node's rows from one pass over each key's history in time order: hash-partitioned
+    by the keys, sorted by (keys, time), ``SortedRuns`` over the Arrow batches; the rows the
+    engine makes error rows (an int sum beyond int64, an infinite float) left out."""
     reads = of_columns(node)
-    kept = list(dict.fromkeys([*node.keys, ts, t, *reads]))
-    parts = rows.select(*kept).repartition(*node.keys).sortWithinPartitions(*node.keys, t)
+    kept = list(dict.fromkeys([*node.keys, t, *reads]))
+    parts = rows.select(*kept, F.col(ts).alias(RUN + ts))
+    parts = parts.repartition(*node.keys).sortWithinPartitions(*node.keys, t)
     out_types = {f.name: spark_type(f.dtype) for f in fields_out}
-    added = [T.StructField(RUN + a.into, out_types[a.into]) for a in aggs]
-    schema = T.StructType([*parts.schema.fields, *added])
-    arrow = [pa.field(f.name, to_arrow_type(f.dataType)) for f in added]
+    schema = T.StructType(
+        [
+            *[T.StructField(k, parts.schema[k].dataType) for k in node.keys],
+            *[T.StructField(a.into, out_types[a.into]) for a in node.aggs],
+            T.StructField(ts, parts.schema[RUN + ts].dataType),
+        ]
+    )
+    arrow = {a.into: to_arrow_type(out_types[a.into]) for a in node.aggs}
+    names = [f.name for f in schema.fields]
     floats = {f.name for f in parts.schema.fields if isinstance(f.dataType, T.DoubleType)}
-    keys = list(node.keys)
+    keys, aggs = list(node.keys), list(node.aggs)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        runs = SortedRuns(aggs, reads)
+        runs = SortedRuns(aggs, reads, floats & set(reads))
         for table, key_of, times in _whole_instants(batches, keys, t):
             cols = {c: _json_safe(table.column(c).to_pylist(), c in floats) for c in reads}
-            values = runs.feed(key_of, times, cols)
-            for f, a in zip(arrow, aggs, strict=True):
-                table = table.append_column(f, pa.array(values[a.into], type=f.type))
-            yield from table.to_batches()
+            fed = runs.feed(key_of, times, cols)
+            values = fed.values
+            if not all(fed.ok):  # error rows on the engine: an int beyond int64 fails Arrow
+                keep = [i for i, fine in enumerate(fed.ok) if fine]
+                table = table.take(keep)
+                values = {into: [v[i] for i in keep] for into, v in values.items()}
+            arrays = [  # keys and time as Spark sent them (its session's time zone)
+                *[table.column(k) for k in keys],
+                *[pa.array(values[a.into], type=arrow[a.into]) for a in aggs],
+                table.column(RUN + ts),
+            ]
+            yield from pa.Table.from_arrays(arrays, names=names).to_batches()
 
     return parts.mapInArrow(run, schema)
 

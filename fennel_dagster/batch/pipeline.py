@@ -14,7 +14,8 @@ each partition (history replayed in time order, as a backfill sees it: nothing i
 each partition's Arrow batches go through ``PipelineExecutor.apply_node`` with an in-memory
 state that lives for the partition (``ops.state.MemoryState``: the mock's hangar). Continuous
 count/sum/avg/min/max aggregates take a faster road: native Spark window functions
-(``batch.native``), proven equal by the same tests. A join is
+(``batch.native``), and with distinct/LastK/count(unique) one sorted pass per key
+(``ops.aggregate.sorted_runs``), proven equal by the same tests. A join is
 one sort-merge pass of the left rows and the right dataset's versions (``batch.asof``), with
 the engine's lookup semantics.
 """
@@ -84,7 +85,8 @@ class SparkPipeline:
                 return self._join(node, frames[node.input], inputs[node.right])
             case spec.AggregateNode() if native.eligible(node, self.schemas[node.input]):
                 ts = next(f.name for f in self.schemas[node.input] if f.timestamp)
-                return native.continuous(node, frames[node.input], ts, self.schemas[node.id])
+                fields_in, fields_out = self.schemas[node.input], self.schemas[node.id]
+                return native.continuous(node, frames[node.input], ts, fields_in, fields_out)
             case (
                 spec.AggregateNode()
                 | spec.FirstNode()

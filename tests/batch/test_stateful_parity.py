@@ -481,7 +481,8 @@ def test_aggregate_forever_window_on_native_spark_windows(
 
 
 def _run_aggregate(span: str) -> type:
-    """Distinct, LastK and count(unique) beside window functions: the sorted-run road."""
+    """Distinct, LastK and count(unique) with the window-function kinds: the sorted-run road
+    (every aggregation of the node in one pass per key)."""
 
     @meta(owner=OWNER)
     @dataset(index=True)
@@ -494,6 +495,10 @@ def _run_aggregate(span: str) -> type:
         last2: list[str]
         recent: list[float]
         n_unique: int
+        nonnull: int
+        mean: float
+        low: float | None
+        high: float
         ts: datetime
 
         @pipeline
@@ -502,6 +507,10 @@ def _run_aggregate(span: str) -> type:
             window = Continuous(span)
             return ev.groupby("uid").aggregate(
                 n=Count(window=window),
+                nonnull=Count(of="v", dropnull=True, window=window),
+                mean=Avg(of="v", window=window, default=-1.0),
+                low=Min(of="v", window=window),
+                high=Max(of="v", window=window, default=0.0),
                 total=Sum(of="v", window=window),
                 names=Distinct(of="s", window=window),
                 kept=Distinct(of="s", dropnull=True, window=window),

@@ -1,14 +1,16 @@
-"""Distinct, LastK and count(unique) over continuous windows, in one pass over history sorted
-by (key, time): what a backfill computes them with.
+"""Continuous-window aggregations in one pass over history sorted by (key, time): what a
+backfill computes count, sum, avg, min, max, distinct, LastK and count(unique) with.
 
-The engine answers each event from state (``continuous``): every event reads its window's raw
-events, so its cost grows with what the window holds. History sorted by key and time needs
-none of that: per key, a window moves forward and keeps per value how often it occurs in the
-window (distinct, count(unique)) or where it last occurred (LastK with dedup), so each event
-costs O(1) plus the size of its output. The values equal ``values.aggregate_values`` over the
-same events (``tests/ops/test_sorted_runs.py`` proves it against the engine's operator):
-events of one (key, time) count as in the engine, ordered by their content sequence, and all
-of them are in the window of each (a window ends at its time, inclusive).
+The engine answers each event from state (``continuous``): its raw-event aggregations read
+the window's events, so their cost grows with what the window holds (and Spark's own sliding
+range frames recompute the frame per row too). History sorted by key and time needs none of
+that: per key, a window moves forward and keeps running totals (exact, as the engine's
+tiles), a monotonic queue (min, max), how often each value occurs (distinct, count(unique))
+or where each value last occurred (LastK with dedup), so each event costs amortised O(1)
+plus the size of its output. The values equal the engine's operator over the same events
+(``tests/ops/test_sorted_runs.py``): events of one (key, time) count as in the engine,
+ordered by their content sequence, and all of them are in the window of each (a window ends
+at its time, inclusive).
 
 Contract of ``SortedRuns.feed``: rows sorted by (key, time), and the rows of one (key, time)
 never split between two calls.
@@ -18,23 +20,30 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.layout import US
+from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.rows import content_seq, json_value
 from fennel_dagster.wire import spec
 
-RUN_KINDS = ("distinct", "lastk")
+RUN_KINDS = ("distinct", "lastk", "count", "sum", "avg", "min", "max")
 _CACHE_MAX = 65_536
+_SCALE = 1126  # 2**-1126 divides every float: sums of floats held as exact ints
+_INF = float("inf")
 
 
 def runnable(agg: spec.AggSpec) -> bool:
     """Whether ``agg`` is computed here (a continuous or forever window, no lookback)."""
     w = agg.window
-    if w.kind not in ("continuous", "forever") or w.lookback or agg.of is None:
+    if w.kind not in ("continuous", "forever") or w.lookback:
         return False
-    return agg.kind in RUN_KINDS or (agg.kind == "count" and agg.unique)
+    if agg.kind in ("distinct", "lastk") or (agg.kind == "count" and agg.unique):
+        return agg.of is not None
+    return agg.kind in RUN_KINDS and (agg.of is not None or agg.kind == "count")
 
 
 class _Tags:
@@ -58,22 +67,144 @@ class _Tags:
 class _Window:
     """The events of one key with time in ``[t - duration, t]`` (all of them: ``forever``)."""
 
-    def __init__(self, duration: int | None) -> None:
+    ok = True  # whether the value is one the engine emits (not an error row)
+
+    def __init__(self, agg: spec.AggSpec) -> None:
+        self.agg = agg
+        duration = None if agg.window.kind == "forever" else agg.window.duration
         self.span = None if duration is None else duration * US
 
     def low(self, t: int) -> int | None:
         return None if self.span is None else t - self.span
 
+    def add(self, t: int, v: Any) -> None:
+        raise NotImplementedError
+
+    def advance(self, t: int) -> None:
+        raise NotImplementedError
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+
+class _Totals(_Window):
+    """Count, sum and avg: the window's row count, non-null count and exact sum, as the
+    engine's tiles keep them (``values.finish``): a float sum is the correctly rounded exact
+    sum; an int sum beyond int64, or an infinite value, makes an error row."""
+
+    def __init__(self, agg: spec.AggSpec, floats: bool) -> None:
+        super().__init__(agg)
+        self.floats = floats
+        self.summed = agg.kind != "count"
+        self.rows = self.count = self.total = self.infinite = 0
+        self.events: deque[tuple[int, Any]] = deque()  # (time, None | exact int | inf)
+
+    def add(self, t: int, v: Any) -> None:
+        self.rows += 1
+        x: Any = None
+        if v is not None:
+            self.count += 1
+            x = 0
+            if not self.summed:
+                pass
+            elif not self.floats:
+                x = int(v)
+            elif v in (_INF, -_INF):
+                self.infinite += 1
+                x = _INF
+            else:
+                n, e = tiles.exact(v)
+                x = n << (e + _SCALE)
+            if x is not _INF:
+                self.total += x
+        if self.span is not None:
+            self.events.append((t, x))
+
+    def advance(self, t: int) -> None:
+        lo = self.low(t)
+        if lo is None:
+            return
+        events = self.events
+        while events and events[0][0] < lo:
+            _, x = events.popleft()
+            self.rows -= 1
+            if x is None:
+                continue
+            self.count -= 1
+            if x is _INF:
+                self.infinite -= 1
+            else:
+                self.total -= x
+
+    def value(self) -> Any:
+        a = self.agg
+        self.ok = True
+        if a.kind == "count":
+            return self.count if a.of and a.dropnull else self.rows
+        if self.infinite:
+            self.ok = False
+            return None
+        if self.count == 0:
+            return 0 if a.kind == "sum" else a.default
+        if a.kind == "sum" and not self.floats:
+            self.ok = INT64_MIN <= self.total <= INT64_MAX
+            return self.total
+        k = 1 if a.kind == "sum" else self.count
+        try:  # int true division rounds correctly, as the engine's ``_ratio``
+            return self.total / (k << _SCALE) if self.floats else self.total / k
+        except OverflowError:
+            self.ok = False
+            return None
+
+
+class _Extreme(_Window):
+    """Min or max: a monotonic queue of the window's values (amortised O(1) per event)."""
+
+    def __init__(self, agg: spec.AggSpec, floats: bool) -> None:
+        super().__init__(agg)
+        self.floats = floats
+        self.queue: deque[tuple[int, Any]] = deque()
+        self.most = agg.kind == "max"
+
+    def add(self, t: int, v: Any) -> None:
+        if v is None:
+            return
+        q = self.queue
+        if self.most:
+            while q and q[-1][1] <= v:
+                q.pop()
+        else:
+            while q and q[-1][1] >= v:
+                q.pop()
+        q.append((t, v))
+
+    def advance(self, t: int) -> None:
+        lo = self.low(t)
+        if lo is None:
+            return
+        q = self.queue
+        while q and q[0][0] < lo:
+            q.popleft()
+
+    def value(self) -> Any:
+        if not self.queue:
+            self.ok = True
+            return self.agg.default
+        v = self.queue[0][1]
+        self.ok = v not in (_INF, -_INF)
+        return float(v) if self.floats else v
+
 
 class _Counts(_Window):
     """How often each value occurs in the window: distinct and count(unique)."""
 
-    def __init__(self, duration: int | None, tags: _Tags) -> None:
-        super().__init__(duration)
+    def __init__(self, agg: spec.AggSpec, tags: _Tags) -> None:
+        super().__init__(agg)
         self.tags = tags
         self.counts: dict[str, list[Any]] = {}  # tag -> [occurrences, value]
         self.events: deque[tuple[int, str]] = deque()
         self.version = 0  # moves whenever the set of values changes
+        self._made: tuple[int, Any] = (-1, None)
 
     def add(self, t: int, v: Any) -> None:
         tag = self.tags(v)
@@ -99,19 +230,30 @@ class _Counts(_Window):
                 del counts[tag]
                 self.version += 1
 
+    def value(self) -> Any:
+        if self._made[0] == self.version:
+            return self._made[1]  # the same values as the previous time: one list for both
+        counts, a = self.counts, self.agg
+        value: Any
+        if a.kind == "count":  # count(unique): the non-null values
+            value = len(counts) - (1 if "null" in counts else 0)
+        else:
+            value = [counts[tag][1] for tag in sorted(counts) if not (a.dropnull and tag == "null")]
+        self._made = (self.version, value)
+        return value
+
 
 class _Recent(_Window):
     """The window's values newest first: LastK (with dedup, each value at its newest)."""
 
-    def __init__(self, duration: int | None, tags: _Tags, dedup: bool) -> None:
-        super().__init__(duration)
+    def __init__(self, agg: spec.AggSpec, tags: _Tags) -> None:
+        super().__init__(agg)
         self.tags = tags
-        self.dedup = dedup
         self.latest: OrderedDict[str, tuple[int, Any]] = OrderedDict()  # dedup: by last time
         self.events: deque[tuple[int, Any]] = deque()
 
     def add(self, t: int, v: Any) -> None:
-        if self.dedup:
+        if self.agg.dedup:
             tag = self.tags(v)
             latest = self.latest
             if tag in latest:
@@ -124,7 +266,7 @@ class _Recent(_Window):
         lo = self.low(t)
         if lo is None:
             return
-        if self.dedup:
+        if self.agg.dedup:
             latest = self.latest
             while latest:
                 tag, (first_t, _) = next(iter(latest.items()))
@@ -136,9 +278,10 @@ class _Recent(_Window):
             while events and events[0][0] < lo:
                 events.popleft()
 
-    def newest(self, limit: int, dropnull: bool) -> list[Any]:
+    def value(self) -> Any:
         out: list[Any] = []
-        source = reversed(self.latest.values()) if self.dedup else reversed(self.events)
+        limit, dropnull = self.agg.limit or 0, self.agg.dropnull
+        source = reversed(self.latest.values()) if self.agg.dedup else reversed(self.events)
         for _, v in source:
             if len(out) >= limit:
                 break
@@ -148,37 +291,59 @@ class _Recent(_Window):
         return out
 
 
+@dataclass
+class Fed:
+    """Each row's values per aggregation, and whether the row is one the engine emits (an
+    int sum beyond int64 or an infinite float makes an error row there, none here)."""
+
+    values: dict[str, list[Any]]
+    ok: list[bool]
+
+
 class SortedRuns:
     """Per key, the windows of ``aggs`` moved forward over time-sorted events."""
 
-    def __init__(self, aggs: Sequence[spec.AggSpec], of_columns: Sequence[str]) -> None:
+    def __init__(
+        self,
+        aggs: Sequence[spec.AggSpec],
+        of_columns: Sequence[str],
+        floats: Collection[str] = (),
+    ) -> None:
+        """``of_columns``: every column the node reads (its ties' order); ``floats``: those
+        of a float type (an int column's sums stay ints)."""
         assert all(runnable(a) for a in aggs), "not a sorted-run aggregation"
         self.aggs = list(aggs)
-        self.of_columns = list(of_columns)  # every column the node reads: its content seq
+        self.of_columns = list(of_columns)
+        self.floats = set(floats)
         self.ordered = any(a.kind == "lastk" for a in aggs)  # ties need the engine's order
         self._tags = {a.of: _Tags() for a in aggs if a.of}
         self._key: Any = object()
-        self._runs: dict[str, _Counts | _Recent] = {}
-        self._made: dict[str, tuple[int, Any]] = {}  # into -> (version, value) of a _Counts
+        self._runs: list[_Window] = []
 
     def _reset(self) -> None:
-        self._runs = {}
-        self._made = {}
+        self._runs = []
         for a in self.aggs:
-            assert a.of is not None
-            duration = None if a.window.kind == "forever" else a.window.duration
+            floats = a.of in self.floats
+            run: _Window
             if a.kind == "lastk":
-                self._runs[a.into] = _Recent(duration, self._tags[a.of], a.dedup)
+                run = _Recent(a, self._tags[a.of or ""])
+            elif a.kind == "distinct" or a.unique:
+                run = _Counts(a, self._tags[a.of or ""])
+            elif a.kind in ("min", "max"):
+                run = _Extreme(a, floats)
             else:
-                self._runs[a.into] = _Counts(duration, self._tags[a.of])
+                run = _Totals(a, floats)
+            self._runs.append(run)
 
     def feed(
         self, keys: Sequence[Any], times: Sequence[int], cols: Mapping[str, Sequence[Any]]
-    ) -> dict[str, list[Any]]:
+    ) -> Fed:
         """Each row's values. ``keys``: hashable group keys; ``times``: event times (us);
         ``cols``: every column in ``of_columns``, as JSON-safe values (None for null)."""
         n = len(times)
         out: dict[str, list[Any]] = {a.into: [None] * n for a in self.aggs}
+        ok = [True] * n
+        ones = [1] * n
         i = 0
         while i < n:
             k, t = keys[i], times[i]
@@ -191,33 +356,22 @@ class SortedRuns:
             rows = (
                 self._in_engine_order(k, i, j, cols) if j - i > 1 and self.ordered else range(i, j)
             )
-            for a in self.aggs:
-                run = self._runs[a.into]
-                col = cols[a.of or ""]
+            fine = True
+            for a, run in zip(self.aggs, self._runs, strict=True):
+                col = cols[a.of] if a.of else ones
                 for r in rows:
                     run.add(t, col[r])
                 run.advance(t)
-                value = self._value(a, run)
+                value = run.value()
+                fine = fine and run.ok
                 into = out[a.into]
                 for r in range(i, j):
                     into[r] = value
+            if not fine:
+                for r in range(i, j):
+                    ok[r] = False
             i = j
-        return out
-
-    def _value(self, a: spec.AggSpec, run: _Counts | _Recent) -> Any:
-        if isinstance(run, _Recent):
-            return run.newest(a.limit or 0, a.dropnull)
-        made = self._made.get(a.into)
-        if made is not None and made[0] == run.version:
-            return made[1]  # the same values as the previous time: one list for both
-        counts = run.counts
-        value: Any
-        if a.kind == "count":  # count(unique): the non-null values
-            value = len(counts) - (1 if "null" in counts else 0)
-        else:
-            value = [counts[tag][1] for tag in sorted(counts) if not (a.dropnull and tag == "null")]
-        self._made[a.into] = (run.version, value)
-        return value
+        return Fed(out, ok)
 
     def _in_engine_order(
         self, key: Any, i: int, j: int, cols: Mapping[str, Sequence[Any]]
