@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 from pyspark.sql import types as T  # noqa: N812
@@ -34,6 +35,7 @@ from fennel_dagster.batch import native
 from fennel_dagster.batch.asof import asof_join
 from fennel_dagster.batch.expr import SparkUnsupported, spark_type, to_column
 from fennel_dagster.commit.infer import node_schemas
+from fennel_dagster.offline.table import arrow_type
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.keys import micros
@@ -110,7 +112,9 @@ class SparkPipeline:
                     assert c.expr is not None
                     df = df.withColumn(c.name, to_column(c.expr).cast(spark_type(c.dtype)))
                 return df
-            case spec.FilterNode() | spec.AssignNode() | spec.TransformNode():
+            case spec.AssignNode():
+                return self._assign_in_arrow(node, frames[node.input])
+            case spec.FilterNode() | spec.TransformNode():
                 return self._in_pandas(node, frames[node.input])
             case spec.ExplodeNode(columns=cols):
                 return _explode(frames[node.input], list(cols))
@@ -144,6 +148,43 @@ class SparkPipeline:
                 yield _to_arrow_frame(out, fields_out)
 
         return df.mapInPandas(run, spark_schema(fields_out))
+
+    def _assign_in_arrow(self, node: spec.AssignNode, df: DataFrame) -> DataFrame:
+        """An assign with user code: the engine's implementation on each batch as pandas,
+        and only the assigned columns converted back; the others pass through as Arrow (a
+        batch where user code failed on some rows, which the engine leaves out, is converted
+        whole)."""
+        fields_in = self.schemas[node.input]
+        fields_out = self.schemas[node.id]
+        executor = PipelineExecutor(self.p, self.datasets)
+        ts = next(f.name for f in fields_in if f.timestamp)
+        assigned = {c.name for c in node.columns}
+        made = [f for f in fields_out if f.name in assigned]
+        schema = pa.schema([pa.field(f.name, arrow_type(f.dtype)) for f in fields_out])
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                pdf = batch.to_pandas()
+                typed = pd.DataFrame({f.name: astype(pdf[f.name], f.dtype) for f in fields_in})
+                wb = WriteBatch()
+                res = BatchResult(rows=pd.DataFrame(), writes=wb)
+                out = executor.apply_node(node, typed, ts, MemoryState(), wb, res)
+                if len(out) != batch.num_rows:
+                    frame = _to_arrow_frame(out, fields_out)
+                    yield pa.RecordBatch.from_pandas(frame, schema=schema, preserve_index=False)
+                    continue
+                new = _to_arrow_frame(out, made)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        pa.Array.from_pandas(new[f.name], type=schema.field(f.name).type)
+                        if f.name in assigned
+                        else batch.column(f.name)
+                        for f in fields_out
+                    ],
+                    names=[f.name for f in fields_out],
+                )
+
+        return df.mapInArrow(run, spark_schema(fields_out))
 
     def _partition_keys(self, node: spec.Node) -> list[str]:
         """The columns whose equal values must meet in one task for ``node``'s state."""
