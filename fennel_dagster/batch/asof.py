@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
@@ -33,12 +34,13 @@ SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT, FOUND, TIED = (
 BROADCAST_TIES = 1_000_000  # (key, time) pairs with several versions: sent to every task
 
 
-def _versions(right: DataFrame, ds: spec.DatasetSpec) -> DataFrame:
+def _versions(right: DataFrame, ds: spec.DatasetSpec, tied_n: int | None = None) -> DataFrame:
     """The right rows with each version's content sequence and tombstone flag, as the
     engine's index computes them (``ops.index.upsert``). The sequence only orders versions of
     one key at one instant, so only such ties pay for it (the engine's JSON + CRC in
     ``mapInPandas``); every other row gets 0, computed by Spark. Finding the ties is one
-    narrow scan (keys and time) — a Parquet/Delta read of two columns."""
+    narrow scan (keys and time) — a Parquet/Delta read of two columns (``tied_n``: their
+    number when known, ``_tie_counts``)."""
     fields = list(ds.fields)
     names = [f.name for f in fields]
     has_deleted = index.DELETED in right.columns
@@ -47,7 +49,8 @@ def _versions(right: DataFrame, ds: spec.DatasetSpec) -> DataFrame:
     plain = [*[F.col(n) for n in names], F.lit(0).cast("long").alias(SEQ), gone.alias(GONE)]
     key_ts = [*ds.keys, ds.timestamp]
     dups = right.groupBy(*key_ts).count().where(F.col("count") > 1).select(*key_ts)
-    tied_n = dups.count()  # a small job; almost always 0
+    if tied_n is None:
+        tied_n = dups.count()  # a small job; almost always 0
     if tied_n == 0:
         return right.select(*plain)
     marks = (F.broadcast(dups) if tied_n <= BROADCAST_TIES else dups).withColumn(TIED, F.lit(True))
@@ -95,6 +98,119 @@ def asof_join(
     return out.drop(FOUND)
 
 
+def _tie_counts(rights: list[Versions], key_cols: list[T.DataType]) -> list[int]:
+    """Per dataset, how many (key, time) pairs have several versions: one narrow scan and
+    one small job for all of them, not one job each."""
+    if len(rights) == 1:
+        return [_versions_ties(rights[0])]
+    idx, keys = "__ds", [f"__k{i}" for i in range(len(key_cols))]
+    narrow = [
+        r.frame.select(
+            F.lit(i).alias(idx),
+            *[F.col(rc).cast(kt).alias(k) for k, rc, kt in zip(keys, r.on, key_cols, strict=True)],
+            F.col(r.ds.timestamp).alias(TIME),
+        )
+        for i, r in enumerate(rights)
+    ]
+    union = narrow[0]
+    for part in narrow[1:]:
+        union = union.unionByName(part)
+    dups = union.groupBy(idx, *keys, TIME).count().where(F.col("count") > 1)
+    counts = {row[0]: row[1] for row in dups.groupBy(idx).count().collect()}
+    return [counts.get(i, 0) for i in range(len(rights))]
+
+
+def _versions_ties(r: Versions) -> int:
+    key_ts = [*r.ds.keys, r.ds.timestamp]
+    return r.frame.groupBy(*key_ts).count().where(F.col("count") > 1).count()
+
+
+@dataclass(frozen=True)
+class Versions:
+    """One dataset's side of an as-of lookup: its rows (and tombstones, e.g. its offline
+    table), its key fields matched to the requests' key columns, and the fields wanted."""
+
+    frame: DataFrame
+    ds: spec.DatasetSpec
+    on: list[str]
+    wanted: list[str]
+
+
+def hit(i: int) -> str:
+    """The column of ``asof_hits``' answer from its ``i``-th dataset: a struct of the wanted
+    fields, null when not found."""
+    return f"__hit{i}"
+
+
+def found(i: int) -> str:
+    return f"__found{i}"
+
+
+def asof_hits(
+    left: DataFrame,
+    left_on: list[str],
+    left_time: Column,
+    rights: list[Versions],
+    within_before: int | None = None,
+) -> DataFrame:
+    """Every row of ``left`` with, per dataset ``i`` of ``rights``, its newest version at or
+    before ``left_time`` whose key equals the row's ``left_on`` (``hit(i)``: the wanted
+    fields; ``found(i)``). Datasets looked up by the same key columns share one pass: their
+    versions and the requests are one union, one shuffle and one sort, with a running
+    ``last`` per dataset (each sees only its own versions)."""
+    keys = [f"__k{i}" for i in range(len(left_on))]
+    first = rights[0]
+    key_types = {f.name: spark_type(f.dtype) for f in first.ds.fields}
+    key_cols = [key_types[rc] for rc in first.on]
+    kept = left.columns
+    left_type = left.select(F.struct(*kept)).schema[0].dataType
+    ties = _tie_counts(rights, key_cols)
+    versions = [_versions(r.frame, r.ds, n) for r, n in zip(rights, ties, strict=True)]
+    shapes = [
+        F.struct(F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.col(GONE),
+                 *[F.col(w) for w in r.wanted])
+        for r in rights
+    ]  # fmt: skip
+    types = [v.select(shape).schema[0].dataType for v, shape in zip(versions, shapes, strict=True)]
+    nothing = [F.lit(None).cast(t) for t in types]
+    parts = []
+    for i, (r, v) in enumerate(zip(rights, versions, strict=True)):
+        parts.append(v.select(
+            *[F.col(rc).cast(kt).alias(k) for k, rc, kt in zip(keys, r.on, key_cols, strict=True)],
+            F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.lit(0).alias(SIDE), F.col(SEQ),
+            F.lit(None).cast(left_type).alias(LEFT),
+            *[(shapes[i] if j == i else nothing[j]).alias(f"{RIGHT}{j}") for j in range(len(rights))],
+        ))  # fmt: skip
+    parts.append(left.select(
+        *[F.col(lc).cast(kt).alias(k) for k, lc, kt in zip(keys, left_on, key_cols, strict=True)],
+        F.unix_micros(left_time).alias(TIME), F.lit(1).alias(SIDE), F.lit(0).cast("long").alias(SEQ),
+        F.struct(*[F.col(c) for c in kept]).alias(LEFT),
+        *[nothing[j].alias(f"{RIGHT}{j}") for j in range(len(rights))],
+    ))  # fmt: skip
+    # right before left at one instant: a version stamped at the row's time is visible
+    order = (
+        Window.partitionBy(*keys)
+        .orderBy(TIME, SIDE, SEQ)
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = merged.unionByName(part)
+    merged = merged.withColumns(
+        {f"{HIT}{j}": F.last(F.col(f"{RIGHT}{j}"), ignorenulls=True).over(order)
+         for j in range(len(rights))}
+    )  # fmt: skip
+    answers: list[Column] = []
+    for j in range(len(rights)):
+        h = F.col(f"{HIT}{j}")
+        fresh = F.lit(True) if within_before is None else (
+            F.col(TIME) - h[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
+        ok = h.isNotNull() & ~h[GONE] & fresh
+        # one ``when`` for the version, not one per field: wide datasets plan fast
+        answers += [F.when(ok, h).alias(hit(j)), ok.alias(found(j))]
+    return merged.where(F.col(SIDE) == 1).select(F.col(f"{LEFT}.*"), *answers)
+
+
 def asof_lookup(
     left: DataFrame,
     left_on: list[str],
@@ -108,39 +224,11 @@ def asof_lookup(
     """Every row of ``left`` with ``wanted`` fields of ``ds``'s newest version at or before
     ``left_time`` whose ``right_on`` equal the row's ``left_on`` (nulls where none), and
     ``FOUND``. ``right``: the dataset's rows (and tombstones), e.g. its offline table."""
-    keys = [f"__k{i}" for i in range(len(left_on))]
-    key_types = {f.name: spark_type(f.dtype) for f in ds.fields}
-    versions = _versions(right, ds)
-    rt = ds.timestamp
-    kept = left.columns
-    right_rows = versions.select(
-        *[F.col(rc).cast(key_types[rc]).alias(k) for k, rc in zip(keys, right_on, strict=True)],
-        F.unix_micros(F.col(rt)).alias(TIME), F.lit(0).alias(SIDE), F.col(SEQ),
-        F.lit(None).cast(left.select(F.struct(*kept)).schema[0].dataType).alias(LEFT),
-        F.struct(F.unix_micros(F.col(rt)).alias(TIME), F.col(GONE),
-                 *[F.col(w) for w in wanted]).alias(RIGHT),
-    )  # fmt: skip
-    left_rows = left.select(
-        *[F.col(lc).cast(key_types[rc]).alias(k)
-          for k, lc, rc in zip(keys, left_on, right_on, strict=True)],
-        F.unix_micros(left_time).alias(TIME), F.lit(1).alias(SIDE), F.lit(0).cast("long").alias(SEQ),
-        F.struct(*[F.col(c) for c in kept]).alias(LEFT),
-        F.lit(None).cast(right_rows.schema[RIGHT].dataType).alias(RIGHT),
-    )  # fmt: skip
-    # right before left at one instant: a version stamped at the row's time is visible
-    order = (
-        Window.partitionBy(*keys)
-        .orderBy(TIME, SIDE, SEQ)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    answered = asof_hits(
+        left, left_on, left_time, [Versions(right, ds, right_on, wanted)], within_before
     )
-    merged = right_rows.unionByName(left_rows).withColumn(
-        HIT, F.last(F.col(RIGHT), ignorenulls=True).over(order)
+    return answered.select(
+        *left.columns,
+        *[F.col(f"{hit(0)}.{w}").alias(w) for w in wanted],
+        F.col(found(0)).alias(FOUND),
     )
-    hit = F.col(HIT)
-    fresh = F.lit(True) if within_before is None else (
-        F.col(TIME) - hit[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
-    found = hit.isNotNull() & ~hit[GONE] & fresh
-    answered = merged.where(F.col(SIDE) == 1).select(
-        F.col(f"{LEFT}.*"), F.when(found, hit).alias(HIT), found.alias(FOUND)
-    )  # one ``when`` for the version, not one per field: wide datasets plan fast
-    return answered.select(*kept, *[F.col(f"{HIT}.{w}").alias(w) for w in wanted], FOUND)

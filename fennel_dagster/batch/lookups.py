@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 from pyspark.sql import types as T  # noqa: N812
 
-from fennel_dagster.batch.asof import FOUND, asof_lookup
+from fennel_dagster.batch.asof import FOUND, Versions, asof_hits, asof_lookup
 from fennel_dagster.batch.catalog import OfflineCatalog
 from fennel_dagster.batch.expr import spark_type
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
@@ -34,6 +35,7 @@ from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.lookup import LookupFailed, lookup_state
+from fennel_dagster.wire import spec
 
 SIDE = "__side"
 
@@ -49,6 +51,18 @@ class Requests:
     time: str
 
 
+def _looked_up(catalog: OfflineCatalog, name: str, needed_by: str) -> spec.DatasetSpec:
+    ds = catalog.datasets.get(name)
+    if ds is None:
+        raise LookupFailed(f"{needed_by} looks up {name}, which is not on this branch")
+    if not ds.keys:
+        raise LookupFailed(
+            f"{needed_by}: dataset {name} has no key fields, so it cannot be looked up; "
+            "declare its key with field(key=True)"
+        )
+    return ds
+
+
 def lookup_asof(
     spark: Any,
     catalog: OfflineCatalog,
@@ -59,18 +73,44 @@ def lookup_asof(
     needed_by: str,
 ) -> DataFrame:
     """``req.frame`` with ``fields`` of dataset ``name`` as of each row's time, and FOUND."""
-    ds = catalog.datasets.get(name)
-    if ds is None:
-        raise LookupFailed(f"{needed_by} looks up {name}, which is not on this branch")
-    if not ds.keys:
-        raise LookupFailed(
-            f"{needed_by}: dataset {name} has no key fields, so it cannot be looked up; "
-            "declare its key with field(key=True)"
-        )
+    ds = _looked_up(catalog, name, needed_by)
     if name in catalog.serving:
         return _aggregate_asof(spark, catalog, name, req, fields, until, needed_by)
     right = catalog.read(spark, name, needed_by, until)
     return asof_lookup(req.frame, list(req.keys), F.col(req.time), right, ds, list(ds.keys), fields)
+
+
+def shares_a_pass(catalog: OfflineCatalog, names: list[str]) -> list[list[str]]:
+    """``names`` grouped into the datasets one as-of pass answers together: those served by
+    their version index (not an aggregate) with the same key types, in order."""
+    bundles: dict[tuple[Any, ...], list[str]] = {}
+    for name in names:
+        ds = catalog.datasets.get(name)
+        if ds is None or not ds.keys or name in catalog.serving:
+            bundles[("alone", name)] = [name]
+            continue
+        types = {f.name: spark_type(f.dtype) for f in ds.fields}
+        bundles.setdefault(tuple(types[k].simpleString() for k in ds.keys), []).append(name)
+    return list(bundles.values())
+
+
+def index_lookups(
+    spark: Any,
+    catalog: OfflineCatalog,
+    asks: list[tuple[str, list[str], str]],
+    req: Requests,
+    until: dt.date | None,
+) -> DataFrame:
+    """``req.frame`` with, per ``(dataset, fields, needed_by)`` of ``asks`` (index-served,
+    keyed alike: ``shares_a_pass``), ``hit(i)`` and ``found(i)``, from one as-of pass."""
+    found = [_looked_up(catalog, name, needed_by) for name, _, needed_by in asks]
+    with ThreadPoolExecutor(max_workers=min(4, len(asks))) as pool:  # Delta logs, in parallel
+        tables = list(pool.map(lambda a: catalog.read(spark, a[0], a[2], until), asks))
+    rights = [
+        Versions(right, ds, list(ds.keys), fields)
+        for right, ds, (_, fields, _) in zip(tables, found, asks, strict=True)
+    ]
+    return asof_hits(req.frame, list(req.keys), F.col(req.time), rights)
 
 
 def _aggregate_asof(

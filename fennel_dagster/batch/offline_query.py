@@ -25,11 +25,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
-from fennel_dagster.batch.asof import FOUND
+from fennel_dagster.batch.asof import FOUND, hit
 from fennel_dagster.batch.catalog import OfflineCatalog
 from fennel_dagster.batch.expr import spark_type, to_column
 from fennel_dagster.batch.extractors import RID, run_python
-from fennel_dagster.batch.lookups import Requests, lookup_asof
+from fennel_dagster.batch.lookups import Requests, index_lookups, lookup_asof, shares_a_pass
 from fennel_dagster.errors import QueryError
 from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.wire import spec
@@ -154,7 +154,8 @@ class SparkOfflineQuery:
         known: set[str],
     ) -> DataFrame:
         """Every pending lookup extractor whose inputs are known, at once: one as-of pass per
-        (dataset, key inputs) on the narrow request rows (row id, keys, time), planned in
+        key inputs for all the index-served datasets keyed alike by them (one per dataset
+        served by an aggregate), on the narrow request rows (row id, keys, time), planned in
         parallel, and all their answers brought to the wide frame by one join on the row id."""
         groups: dict[tuple[str, tuple[str, ...]], list[spec.ExtractorSpec]] = {}
         for s in qplan.steps:
@@ -166,29 +167,48 @@ class SparkOfflineQuery:
                 groups.setdefault((s.lookup_dataset or "", s.inputs), []).append(s)
                 done.add((s.featureset, s.name))
 
-        def answer(key: tuple[str, tuple[str, ...]]) -> DataFrame:
-            name, inputs = key
-            group = groups[key]
-            fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
-            keys = tuple(dict.fromkeys(cols[i] for i in inputs))
-            req = Requests(frame.select(RID, *keys, TIME), (RID,), tuple(cols[i] for i in inputs),
-                           TIME)  # fmt: skip
-            where = f"extractor {group[0].featureset}.{group[0].name}"
-            got = lookup_asof(self.spark, self.catalog, name, req, fields, until, where)
-            outs = []
-            for s in group:
-                feature = self.features[self._out(s)]
-                default = s.default if s.default is not None else feature.default
-                # not found: null then the default (an aggregate answers values even then)
-                value = F.when(F.col(FOUND), _quoted(s.lookup_field or ""))
-                if default is not None:
-                    value = F.coalesce(value, F.lit(default))
-                outs.append(value.cast(spark_type(feature.dtype)).alias(cols[self._out(s)]))
-            return got.select(RID, *outs)
+        def value(s: spec.ExtractorSpec, got: Column) -> Column:
+            feature = self.features[self._out(s)]
+            default = s.default if s.default is not None else feature.default
+            if default is not None:  # not found: null then the default
+                got = F.coalesce(got, F.lit(default))
+            return got.cast(spark_type(feature.dtype)).alias(cols[self._out(s)])
 
-        keys = list(groups)
-        with ThreadPoolExecutor(max_workers=min(4, len(keys))) as pool:  # Spark jobs overlap
-            answers = list(pool.map(answer, keys))
+        def request(inputs: tuple[str, ...]) -> Requests:
+            keys = tuple(dict.fromkeys(cols[i] for i in inputs))
+            return Requests(frame.select(RID, *keys, TIME), (RID,),
+                            tuple(cols[i] for i in inputs), TIME)  # fmt: skip
+
+        def answer(names: list[str], inputs: tuple[str, ...]) -> DataFrame:
+            req = request(inputs)
+            if len(names) == 1 and names[0] in self.catalog.serving:
+                group = groups[(names[0], inputs)]
+                fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
+                where = f"extractor {group[0].featureset}.{group[0].name}"
+                got = lookup_asof(self.spark, self.catalog, names[0], req, fields, until, where)
+                # an aggregate answers values even when not found: those are nulled
+                return got.select(RID, *[
+                    value(s, F.when(F.col(FOUND), _quoted(s.lookup_field or ""))) for s in group
+                ])  # fmt: skip
+            asks = []
+            for name in names:
+                group = groups[(name, inputs)]
+                fields = list(dict.fromkeys(s.lookup_field for s in group if s.lookup_field))
+                asks.append((name, fields, f"extractor {group[0].featureset}.{group[0].name}"))
+            got = index_lookups(self.spark, self.catalog, asks, req, until)
+            return got.select(RID, *[
+                value(s, F.col(hit(i)).getField(s.lookup_field or ""))
+                for i, name in enumerate(names) for s in groups[(name, inputs)]
+            ])  # fmt: skip
+
+        passes: list[tuple[list[str], tuple[str, ...]]] = []
+        by_inputs: dict[tuple[str, ...], list[str]] = {}
+        for name, inputs in groups:
+            by_inputs.setdefault(inputs, []).append(name)
+        for inputs, names in by_inputs.items():  # one pass per dataset keyed alike
+            passes += [(bundle, inputs) for bundle in shares_a_pass(self.catalog, names)]
+        with ThreadPoolExecutor(max_workers=min(4, len(passes))) as pool:  # Spark jobs overlap
+            answers = list(pool.map(lambda p: answer(*p), passes))
         for g in groups.values():
             known.update(self._out(s) for s in g)
         if len(answers) == 1:
