@@ -98,11 +98,16 @@ class QueryExecutor:
         fields: a featureset of five lookups of one dataset asks it once."""
         groups: dict[LookupKey, list[str]] = {}
         for ex in plan.steps:
-            if ex.kind == "lookup" and all(i in inputs for i in ex.inputs):
+            if _keyed_by_inputs(ex, inputs):
                 fields = groups.setdefault((ex.lookup_dataset, ex.inputs), [])  # type: ignore[arg-type]
                 if ex.lookup_field not in fields:
                     fields.append(ex.lookup_field)  # type: ignore[arg-type]
         return groups
+
+    def all_prefetched(self, plan: QueryPlan, inputs: Sequence[str]) -> bool:
+        """Whether ``prefetches`` holds every lookup of the plan (none keyed by a feature an
+        extractor computes first)."""
+        return all(_keyed_by_inputs(ex, inputs) for ex in plan.steps if ex.kind == "lookup")
 
     def lookup_keys(self, key: LookupKey, columns: Mapping[str, pd.Series]) -> pd.DataFrame:
         """The keys frame of a lookup: the dataset's key fields from the inputs that key it."""
@@ -190,3 +195,7 @@ class QueryExecutor:
                 f"expected {rows} rows with columns {list(ex.outputs)}"
             )
         return {o: astype(result[o].reset_index(drop=True), dtypes[o].dtype) for o in ex.outputs}
+
+
+def _keyed_by_inputs(ex: spec.ExtractorSpec, inputs: Sequence[str]) -> bool:
+    return ex.kind == "lookup" and all(i in inputs for i in ex.inputs)

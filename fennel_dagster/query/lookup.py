@@ -65,7 +65,14 @@ def lookup_state_records(
 
     An index lookup reads the stored rows (already JSON of the dataset's types) without
     building a DataFrame; an aggregate's values are assembled by ``lookup_state`` itself."""
-    _check_keys(ds, list(keys[0]) if keys else list(ds.keys))
+    _check_keys(ds, list(ds.keys))  # a dataset without keys
+    for i, rec in enumerate(keys):  # every record, not the first: a KeyError is no answer
+        missing = [k for k in ds.keys if k not in rec]
+        if missing:
+            raise LookupFailed(
+                f"lookup of {ds.name} needs its key field(s) {', '.join(ds.keys)}; key record "
+                f"{i} ({_brief(rec)}) is missing {', '.join(missing)}"
+            )
     if serves is not None:
         ts = pd.Series(pd.to_datetime(stamps_us, unit="us", utc=True))
         key_frame = pd.DataFrame({k: [r[k] for r in keys] for k in ds.keys})
@@ -81,6 +88,11 @@ def lookup_state_records(
                 row[k] = asked[k]
         out.append(row)
     return out, hits
+
+
+def _brief(rec: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in rec.items())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_keys(ds: spec.DatasetSpec, given: list[str]) -> None:

@@ -149,7 +149,7 @@ class QueryRunner:
                 list(graph.featuresets.values()), graph.datasets, _provider(graph, via), self.datasets
             )  # fmt: skip
             frame, ts = positional(frame), utc(ts)
-            if _all_prefetched(plan, frame):
+            if executor.all_prefetched(plan, list(frame.columns)):
                 # engines asked from the loop, concurrently; no thread waits on them
                 groups = executor.prefetches(plan, list(frame.columns))
                 stamps = micros_of(ts)
@@ -183,13 +183,6 @@ class QueryRunner:
     ) -> tuple[pd.DataFrame, pd.Series]:
         via = EngineLookups(routes, secret, session=await self.session())
         return await via.lookup_async(job, ts, keys, fields)
-
-
-def _all_prefetched(plan: QueryPlan, frame: pd.DataFrame) -> bool:
-    """Every lookup of the plan is keyed by the query's inputs (known before any step)."""
-    return all(
-        all(i in frame.columns for i in ex.inputs) for ex in plan.steps if ex.kind == "lookup"
-    )
 
 
 def _provider(graph: BranchGraph, via: EngineLookups) -> LookupProvider:

@@ -15,7 +15,7 @@ from fennel_dagster import dataset, field, meta
 from fennel_dagster.mock import MockClient
 from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import to_records
-from fennel_dagster.query.lookup import lookup_state, lookup_state_records
+from fennel_dagster.query.lookup import LookupFailed, lookup_state, lookup_state_records
 from tests.engine import repo
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -72,6 +72,15 @@ def test_index_records_equal_the_frame_answer(fields: list[str] | None) -> None:
     want, got = _both(mock, "Profile", keys, at, fields)
     assert got == want
     assert got[1] == [False, True, True, False, True, True, False]
+
+
+def test_a_key_record_without_a_key_field_is_named_whichever_record_it_is() -> None:
+    mock = MockClient()
+    mock.commit("m", datasets=[Profile])
+    mock.log(Profile, _profiles())
+    ds, at = mock._dataset("Profile"), micros_of(pd.Series([T0, T0, T0]))
+    with pytest.raises(LookupFailed, match=r"key record 2 \(user=3\) is missing uid"):
+        lookup_state_records(mock.state, ds, None, [{"uid": 1}, {"uid": 2}, {"user": 3}], at)
 
 
 def test_aggregate_records_equal_the_frame_answer() -> None:
