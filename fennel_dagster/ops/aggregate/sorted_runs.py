@@ -97,28 +97,31 @@ class _Totals(_Window):
         self.floats = floats
         self.summed = agg.kind != "count"
         self.rows = self.count = self.total = self.infinite = 0
-        self.events: deque[tuple[int, Any]] = deque()  # (time, None | exact int | inf)
+        # (time, value): the value, not its exact int (a float's is ~1,100 bits)
+        self.events: deque[tuple[int, Any]] = deque()
+
+    def _exact(self, v: Any) -> Any:
+        """What ``v`` adds to the exact total (``_INF``: an infinite float)."""
+        if not self.summed:
+            return 0
+        if not self.floats:
+            return int(v)
+        if v == _INF or v == -_INF:
+            return _INF
+        n, e = tiles.exact(v)
+        return n << (e + _SCALE)
 
     def add(self, t: int, v: Any) -> None:
         self.rows += 1
-        x: Any = None
         if v is not None:
             self.count += 1
-            x = 0
-            if not self.summed:
-                pass
-            elif not self.floats:
-                x = int(v)
-            elif v in (_INF, -_INF):
+            x = self._exact(v)
+            if x is _INF:
                 self.infinite += 1
-                x = _INF
             else:
-                n, e = tiles.exact(v)
-                x = n << (e + _SCALE)
-            if x is not _INF:
                 self.total += x
         if self.span is not None:
-            self.events.append((t, x))
+            self.events.append((t, v))
 
     def advance(self, t: int) -> None:
         lo = self.low(t)
@@ -126,11 +129,12 @@ class _Totals(_Window):
             return
         events = self.events
         while events and events[0][0] < lo:
-            _, x = events.popleft()
+            _, v = events.popleft()
             self.rows -= 1
-            if x is None:
+            if v is None:
                 continue
             self.count -= 1
+            x = self._exact(v)
             if x is _INF:
                 self.infinite -= 1
             else:
@@ -250,7 +254,8 @@ class _Recent(_Window):
         super().__init__(agg)
         self.tags = tags
         self.latest: OrderedDict[str, tuple[int, Any]] = OrderedDict()  # dedup: by last time
-        self.events: deque[tuple[int, Any]] = deque()
+        # no dedup: only the newest ``limit`` can ever be answered (nulls: when they count)
+        self.events: deque[tuple[int, Any]] = deque(maxlen=max(agg.limit or 0, 1))
 
     def add(self, t: int, v: Any) -> None:
         if self.agg.dedup:
@@ -259,7 +264,7 @@ class _Recent(_Window):
             if tag in latest:
                 latest.move_to_end(tag)
             latest[tag] = (t, v)
-        else:
+        elif v is not None or not self.agg.dropnull:
             self.events.append((t, v))
 
     def advance(self, t: int) -> None:
