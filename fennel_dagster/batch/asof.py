@@ -9,6 +9,9 @@ right side's tie-breaker (``ops.rows.content_seq``) and tombstones come from the
 own code in ``mapInPandas``; a key with millions of versions is one sorted partition,
 streamed, never held in memory. ``within`` bounds how old the version may be; a tombstone
 reads as "not found"; ``how="inner"`` keeps the found rows only.
+
+A small right side (``BROADCAST_VERSIONS``, few versions per key) takes another road with the
+same answers: each version's validity interval, one broadcast join, no shuffle of the left.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ SEQ, GONE, TIME, SIDE, LEFT, RIGHT, HIT, FOUND, TIED = (
     "__seq", "__gone", "__t", "__side", "__left", "__right", "__hit", "__found", "__tied",
 )  # fmt: skip
 BROADCAST_TIES = 1_000_000  # (key, time) pairs with several versions: sent to every task
+# A right side of at most this many versions, none with more than DENSE_KEY per key, is sent
+# to every task (``_broadcast_lookup``): each left row then scans its key's versions only.
+BROADCAST_VERSIONS = 200_000
+DENSE_KEY = 64
 
 
 def _versions(right: DataFrame, ds: spec.DatasetSpec, tied_n: int | None = None) -> DataFrame:
@@ -126,6 +133,79 @@ def _versions_ties(r: Versions) -> int:
 
 
 @dataclass(frozen=True)
+class _Shape:
+    """How many versions a dataset has, at most per key, and how many (key, time) ties."""
+
+    rows: int
+    per_key: int
+    ties: int
+
+    @property
+    def broadcast(self) -> bool:
+        return self.rows <= BROADCAST_VERSIONS and self.per_key <= DENSE_KEY
+
+
+def _shape(r: Versions) -> _Shape:
+    """One small job (two narrow aggregations of the keys and times)."""
+    per_instant = r.frame.groupBy(*r.ds.keys, r.ds.timestamp).count()
+    per_key = per_instant.groupBy(*r.ds.keys).agg(
+        F.sum("count").alias("n"), F.sum(F.when(F.col("count") > 1, 1).otherwise(0)).alias("t")
+    )
+    row = per_key.agg(F.sum("n"), F.max("n"), F.sum("t")).first()
+    if row is None or row[0] is None:
+        return _Shape(0, 0, 0)
+    return _Shape(int(row[0]), int(row[1]), int(row[2]))
+
+
+def _broadcast_lookup(
+    left: DataFrame,
+    left_on: list[str],
+    left_time: Column,
+    r: Versions,
+    ties: int,
+    within_before: int | None,
+) -> DataFrame:
+    """``asof_lookup`` for a small right side: each version knows until when it is the
+    newest of its key (the next version's time, ties in content-sequence order as the pass
+    orders them), and the left rows meet the one that covers their time in a broadcast
+    join — no shuffle and no sort of the left rows, however skewed their keys."""
+    keys = [f"__k{i}" for i in range(len(left_on))]
+    rkeys = [f"__rk{i}" for i in range(len(left_on))]
+    key_types = {f.name: spark_type(f.dtype) for f in r.ds.fields}
+    key_cols = [key_types[rc] for rc in r.on]
+    versions = _versions(r.frame, r.ds, ties)
+    since, until = "__since", "__until"
+    right = versions.select(
+        *[F.col(rc).cast(kt).alias(k) for k, rc, kt in zip(rkeys, r.on, key_cols, strict=True)],
+        F.unix_micros(F.col(r.ds.timestamp)).alias(since), F.col(SEQ),
+        F.struct(F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.col(GONE),
+                 *[F.col(w) for w in r.wanted]).alias(RIGHT),
+    )  # fmt: skip
+    right = right.withColumn(
+        until, F.lead(since).over(Window.partitionBy(*rkeys).orderBy(since, SEQ))
+    )
+    kept = left.columns
+    rows = left.select(
+        *[F.col(c) for c in kept],
+        *[F.col(lc).cast(kt).alias(k) for k, lc, kt in zip(keys, left_on, key_cols, strict=True)],
+        F.unix_micros(left_time).alias(TIME),
+    )  # fmt: skip
+    cond = (F.col(since) <= F.col(TIME)) & (F.col(until).isNull() | (F.col(TIME) < F.col(until)))
+    for k, rk in zip(keys, rkeys, strict=True):
+        cond = cond & (F.col(k) == F.col(rk))
+    joined = rows.join(F.broadcast(right), cond, "left")
+    h = F.col(RIGHT)
+    fresh = F.lit(True) if within_before is None else (
+        F.col(TIME) - h[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
+    ok = h.isNotNull() & ~h[GONE] & fresh
+    return joined.select(
+        *[F.col(c) for c in kept],
+        F.when(ok, h).alias(hit(0)),
+        ok.alias(found(0)),
+    )
+
+
+@dataclass(frozen=True)
 class Versions:
     """One dataset's side of an as-of lookup: its rows (and tombstones, e.g. its offline
     table), its key fields matched to the requests' key columns, and the fields wanted."""
@@ -152,19 +232,22 @@ def asof_hits(
     left_time: Column,
     rights: list[Versions],
     within_before: int | None = None,
+    ties: list[int] | None = None,
 ) -> DataFrame:
     """Every row of ``left`` with, per dataset ``i`` of ``rights``, its newest version at or
     before ``left_time`` whose key equals the row's ``left_on`` (``hit(i)``: the wanted
     fields; ``found(i)``). Datasets looked up by the same key columns share one pass: their
     versions and the requests are one union, one shuffle and one sort, with a running
-    ``last`` per dataset (each sees only its own versions)."""
+    ``last`` per dataset (each sees only its own versions). ``ties``: each dataset's number
+    of (key, time) ties when known."""
     keys = [f"__k{i}" for i in range(len(left_on))]
     first = rights[0]
     key_types = {f.name: spark_type(f.dtype) for f in first.ds.fields}
     key_cols = [key_types[rc] for rc in first.on]
     kept = left.columns
     left_type = left.select(F.struct(*kept)).schema[0].dataType
-    ties = _tie_counts(rights, key_cols)
+    if ties is None:
+        ties = _tie_counts(rights, key_cols)
     versions = [_versions(r.frame, r.ds, n) for r, n in zip(rights, ties, strict=True)]
     shapes = [
         F.struct(F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.col(GONE),
@@ -224,9 +307,12 @@ def asof_lookup(
     """Every row of ``left`` with ``wanted`` fields of ``ds``'s newest version at or before
     ``left_time`` whose ``right_on`` equal the row's ``left_on`` (nulls where none), and
     ``FOUND``. ``right``: the dataset's rows (and tombstones), e.g. its offline table."""
-    answered = asof_hits(
-        left, left_on, left_time, [Versions(right, ds, right_on, wanted)], within_before
-    )
+    versions = Versions(right, ds, right_on, wanted)
+    shape = _shape(versions)
+    if shape.broadcast:
+        answered = _broadcast_lookup(left, left_on, left_time, versions, shape.ties, within_before)
+    else:
+        answered = asof_hits(left, left_on, left_time, [versions], within_before, [shape.ties])
     return answered.select(
         *left.columns,
         *[F.col(f"{hit(0)}.{w}").alias(w) for w in wanted],

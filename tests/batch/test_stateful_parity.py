@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pandas as pd
 import pytest
@@ -30,7 +31,7 @@ from fennel_dagster.aggregate import (
     Stddev,
     Sum,
 )
-from fennel_dagster.batch import native
+from fennel_dagster.batch import asof, native
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.mock import MockClient
@@ -343,7 +344,22 @@ def test_dedup_in_a_session_window(spark: Any, evs: list[dict[str, Any]]) -> Non
     ),
 )
 @EXAMPLES
-def test_join(spark: Any, evs: list[dict[str, Any]], profiles: list[tuple[int, str, int]]) -> None:
+@pytest.mark.parametrize("road", ["sort-merge", "broadcast"])
+def test_join(
+    spark: Any, road: str, evs: list[dict[str, Any]], profiles: list[tuple[int, str, int]]
+) -> None:
+    """Both roads of an as-of join: one sort-merge pass, and (a small right side) validity
+    intervals in a broadcast join."""
+    if road == "sort-merge":  # every right side is "large"
+        with patch.object(asof, "BROADCAST_VERSIONS", -1):
+            _check_join(spark, evs, profiles)
+    else:
+        _check_join(spark, evs, profiles)
+
+
+def _check_join(
+    spark: Any, evs: list[dict[str, Any]], profiles: list[tuple[int, str, int]]
+) -> None:
     @meta(owner=OWNER)
     @dataset
     class Located:
@@ -384,6 +400,37 @@ def test_join(spark: Any, evs: list[dict[str, Any]], profiles: list[tuple[int, s
         got = _spark_rows(spark, datasets, target, {"Ev": rows, "Profile": prof})
         cols = _columns(datasets, target)
         assert _multiset(got, cols) == _multiset(want, cols), target
+
+
+@pytest.mark.parametrize("road", ["sort-merge", "broadcast"])
+def test_join_with_several_versions_at_one_instant(spark: Any, road: str) -> None:
+    """Versions of one key at one instant: the one the engine's index keeps last (content
+    sequence order) is the one a join sees, on both roads."""
+
+    @meta(owner=OWNER)
+    @dataset
+    class Placed:
+        uid: int
+        v: float | None
+        s: str
+        city: str | None
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev, Profile)
+        def join(cls, ev, profile):
+            return ev.join(profile, how="left", on=["uid"])
+
+    evs = [{"uid": u, "v": 1.0, "s": "a", "minute": m} for u in range(3) for m in (5, 10, 20, 30)]
+    profiles = [(0, "x", 10), (0, "y", 10), (0, "z", 10), (1, "x", 5), (1, "z", 5), (2, "y", 0),
+                (2, "x", 20), (2, "z", 20)]  # fmt: skip
+    prof = [{"uid": u, "city": c, "ts": T0 + timedelta(minutes=m)} for u, c, m in profiles]
+    rows, datasets = _rows(evs), [Ev, Profile, Placed]
+    want = _mock_rows(datasets, "Placed", {"profile": prof, "ev": rows})
+    with patch.object(asof, "BROADCAST_VERSIONS", -1 if road == "sort-merge" else 200_000):
+        got = _spark_rows(spark, datasets, "Placed", {"Ev": rows, "Profile": prof})
+    cols = _columns(datasets, "Placed")
+    assert _multiset(got, cols) == _multiset(want, cols)
 
 
 @given(
