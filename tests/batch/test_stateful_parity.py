@@ -74,6 +74,21 @@ class Profile:
     ts: datetime
 
 
+@meta(owner=OWNER)
+@dataset
+class Located:
+    uid: int
+    v: float | None
+    s: str
+    city: str | None
+    ts: datetime
+
+    @pipeline
+    @inputs(Ev, Profile)
+    def join(cls, ev, profile):
+        return ev.join(profile, how="left", on=["uid"])
+
+
 def _aggregate(kind: str, *spans: str, **extra: Any) -> type:
     """One aggregate of every kind over one window (given as literals: pipelines ship as
     source, so what they capture must be a literal)."""
@@ -362,20 +377,6 @@ def _check_join(
 ) -> None:
     @meta(owner=OWNER)
     @dataset
-    class Located:
-        uid: int
-        v: float | None
-        s: str
-        city: str | None
-        ts: datetime
-
-        @pipeline
-        @inputs(Ev, Profile)
-        def join(cls, ev, profile):
-            return ev.join(profile, how="left", on=["uid"])
-
-    @meta(owner=OWNER)
-    @dataset
     class OnlyLocated:
         uid: int
         v: float | None
@@ -406,30 +407,15 @@ def _check_join(
 def test_join_with_several_versions_at_one_instant(spark: Any, road: str) -> None:
     """Versions of one key at one instant: the one the engine's index keeps last (content
     sequence order) is the one a join sees, on both roads."""
-
-    @meta(owner=OWNER)
-    @dataset
-    class Placed:
-        uid: int
-        v: float | None
-        s: str
-        city: str | None
-        ts: datetime
-
-        @pipeline
-        @inputs(Ev, Profile)
-        def join(cls, ev, profile):
-            return ev.join(profile, how="left", on=["uid"])
-
     evs = [{"uid": u, "v": 1.0, "s": "a", "minute": m} for u in range(3) for m in (5, 10, 20, 30)]
     profiles = [(0, "x", 10), (0, "y", 10), (0, "z", 10), (1, "x", 5), (1, "z", 5), (2, "y", 0),
                 (2, "x", 20), (2, "z", 20)]  # fmt: skip
     prof = [{"uid": u, "city": c, "ts": T0 + timedelta(minutes=m)} for u, c, m in profiles]
-    rows, datasets = _rows(evs), [Ev, Profile, Placed]
-    want = _mock_rows(datasets, "Placed", {"profile": prof, "ev": rows})
+    rows, datasets = _rows(evs), [Ev, Profile, Located]
+    want = _mock_rows(datasets, "Located", {"profile": prof, "ev": rows})
     with patch.object(asof, "BROADCAST_VERSIONS", -1 if road == "sort-merge" else 200_000):
-        got = _spark_rows(spark, datasets, "Placed", {"Ev": rows, "Profile": prof})
-    cols = _columns(datasets, "Placed")
+        got = _spark_rows(spark, datasets, "Located", {"Ev": rows, "Profile": prof})
+    cols = _columns(datasets, "Located")
     assert _multiset(got, cols) == _multiset(want, cols)
 
 
