@@ -19,7 +19,14 @@ from fennel_dagster.ops.aggregate.codec import (
     tag_of,
     tile_key,
 )
-from fennel_dagster.ops.aggregate.events import Events, key_tuples, namespace, tiles_namespace
+from fennel_dagster.ops.aggregate.events import (
+    Events,
+    event_seq,
+    first_free,
+    key_tuples,
+    namespace,
+    tiles_namespace,
+)
 from fennel_dagster.ops.aggregate.layout import Layout, lows, of_columns, wkey
 from fennel_dagster.ops.aggregate.stats import (
     Source,
@@ -31,7 +38,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.keys import key_prefix
-from fennel_dagster.ops.rows import content_seq, dumps, json_value
+from fennel_dagster.ops.rows import dumps, json_value
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -146,7 +153,9 @@ def _record(
     all events (read and new), and replace the tiles they touch in ``levels``."""
     fields = lay.fields
     dt = raw_dtype(len(fields))
-    taken = set(zip(events.kid.tolist(), events.ts.tolist(), events.seq.tolist(), strict=True))
+    taken: dict[tuple[int, int], set[int]] = {}
+    for k, t, seq in zip(events.kid.tolist(), events.ts.tolist(), events.seq.tolist(), strict=True):
+        taken.setdefault((k, t), set()).add(seq)
     kids, times = qk.tolist(), hi.tolist()
     m = len(recs)
     arr = np.zeros(m, dtype=dt)
@@ -163,10 +172,9 @@ def _record(
                 json[i] = recs[i]
     seqs: list[int] = []
     for k, t, rec in zip(kids, times, recs, strict=True):
-        seq = content_seq({**rec, "_k": list(by_id[k])})
-        while (k, t, seq) in taken:
-            seq += 1
-        taken.add((k, t, seq))
+        held = taken.setdefault((k, t), set())
+        seq = first_free(event_seq(rec, by_id[k]), held)
+        held.add(seq)
         seqs.append(seq)
     arr["seq"] = seqs
     buf = arr.tobytes()

@@ -4,7 +4,7 @@ at once (``Events``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,31 @@ def tiles_namespace(scope: str, node: spec.AggregateNode) -> str:
     return f"{namespace(scope, node)}:tiles"
 
 
+def event_seq(rec: dict[str, Any], key: Sequence[Any]) -> int:
+    """An event's tie-breaker among its key's events at one instant: the sequence of its
+    content (``rows.content_seq``), its key included."""
+    return content_seq({**rec, "_k": list(key)})
+
+
+def first_free(seq: int, taken: Container[int]) -> int:
+    """``seq``, or the next one up that no event holds: identical events at one instant
+    count as many times as they occur, whatever the batching."""
+    while seq in taken:
+        seq += 1
+    return seq
+
+
+class _Stored:
+    """The sequences stored for one key at one instant, as a container."""
+
+    def __init__(self, reader: StateReader, ns: str, key: tuple[Any, ...], us: int) -> None:
+        self.reader, self.ns, self.key, self.us = reader, ns, key, us
+
+    def __contains__(self, seq: object) -> bool:
+        assert isinstance(seq, int)
+        return self.reader.get(self.ns, entry_key(self.key, self.us, seq)) is not None
+
+
 def record_events(
     node: spec.AggregateNode,
     ns: str,
@@ -44,10 +69,9 @@ def record_events(
     values = {c: df[c].tolist() for c in cols}
     for i, (kv, stamp) in enumerate(zip(keys, stamps, strict=True)):
         rec = {c: json_value(values[c][i]) for c in cols}
-        seq = content_seq({**rec, "_k": list(kv)})
-        while reader.get(ns, entry_key(kv, micros(stamp), seq)) is not None:
-            seq += 1
-        wb.put(ns, entry_key(kv, micros(stamp), seq), dumps(rec))
+        us = micros(stamp)
+        seq = first_free(event_seq(rec, kv), _Stored(reader, ns, kv, us))
+        wb.put(ns, entry_key(kv, us, seq), dumps(rec))
 
 
 def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:

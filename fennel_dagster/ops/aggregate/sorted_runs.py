@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fennel_dagster.ops import tiles
+from fennel_dagster.ops.aggregate.events import event_seq, first_free
 from fennel_dagster.ops.aggregate.layout import US
 from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
-from fennel_dagster.ops.rows import content_seq, json_value
+from fennel_dagster.ops.rows import json_value
 from fennel_dagster.wire import spec
 
 RUN_KINDS = ("distinct", "lastk", "count", "sum", "avg", "min", "max")
@@ -381,16 +382,14 @@ class SortedRuns:
     def _in_engine_order(
         self, key: Any, i: int, j: int, cols: Mapping[str, Sequence[Any]]
     ) -> list[int]:
-        """Rows ``i..j`` (one key, one time) as the engine stores them: by content sequence,
-        a repeat of identical content one past the previous (``continuous._record``)."""
+        """Rows ``i..j`` (one key, one time) in the order the engine stores them (by
+        ``event_seq``, a repeat of identical content at ``first_free``)."""
         k = list(key) if isinstance(key, tuple) else [key]
         taken: set[int] = set()
         seqs: list[tuple[int, int]] = []
         for r in range(i, j):
             rec = {c: cols[c][r] for c in self.of_columns}
-            seq = content_seq({**rec, "_k": [json_value(x) for x in k]})
-            while seq in taken:
-                seq += 1
+            seq = first_free(event_seq(rec, [json_value(x) for x in k]), taken)
             taken.add(seq)
             seqs.append((seq, r))
         return [r for _, r in sorted(seqs)]
