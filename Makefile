@@ -20,9 +20,10 @@ test: install
 	$(VENV)/lint-imports
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=25
 
-# the benchmarks (bench/README.md): the bench extra (Quix Streams, the peer) and the stack first
+# the streaming benchmark (bench/README.md): Quix Streams, the peer, in a venv of its own
 bench:
-	FENNEL_EXTRAS=test,bench bash scripts/install.sh
+	bash scripts/install.sh
+	bash bench/quix_env.sh
 	$(VENV)/fennel-dagster stack up
 	$(VENV)/python -m bench.stream_bench --events 100000 --keys 1000 --probes 50 --baseline $(BASELINE)
 

@@ -1,7 +1,8 @@
 """Contenders of the streaming benchmark, each run as its own process (its own core).
 
-``python -m bench.stream_pipes bare|bare-alo|quix|quix-alo SRC OUT GROUP N`` consumes N
-events of SRC and writes to OUT, then prints one JSON line: wall seconds and CPU seconds.
+``python -m bench.stream_pipes bare|bare-alo SRC OUT GROUP N`` consumes N events of SRC and
+writes to OUT, then prints one JSON line: wall seconds and CPU seconds. Quix Streams, the
+peer, runs from its own venv: ``bench/stream_quix.py``.
 """
 
 from __future__ import annotations
@@ -57,37 +58,9 @@ def bare(servers: str, src: str, out: str, group: str, n: int, eos: bool) -> Non
     print(json.dumps({"wall": time.monotonic() - (t0 or time.monotonic()), "cpu": _cpu() - cpu0}))
 
 
-def quix(servers: str, src: str, out: str, group: str, n: int, eos: bool) -> None:
-    """Quix Streams: group by uid (a repartition topic), 1 h sliding window Sum + Count."""
-    from quixstreams import Application
-    from quixstreams.dataframe.windows import Count, Sum
-
-    def ts_of(value, headers, timestamp, timestamp_type):  # type: ignore[no-untyped-def]
-        from datetime import datetime
-
-        return int(datetime.fromisoformat(value["ts"]).timestamp() * 1000)
-
-    app = Application(
-        broker_address=servers, consumer_group=group, auto_offset_reset="earliest",
-        processing_guarantee="exactly-once" if eos else "at-least-once",
-        state_dir=f"/tmp/quix-state-{group}", commit_interval=0.5, loglevel="WARNING",
-    )  # fmt: skip
-    topic = app.topic(src, value_deserializer="json", timestamp_extractor=ts_of)
-    out_topic = app.topic(out, value_serializer="json", key_serializer="json")
-    sdf = app.dataframe(topic).group_by("uid")
-    sdf = sdf.sliding_window(duration_ms=3_600_000, grace_ms=3_600_000).agg(
-        total=Sum("amount"), n=Count()
-    ).current()  # fmt: skip
-    sdf.to_topic(out_topic)
-    t0 = time.monotonic()
-    app.run(count=n, timeout=600, collect=False)
-    print(json.dumps({"wall": time.monotonic() - t0, "cpu": _cpu()}))
-
-
 if __name__ == "__main__":
     kind, src, out, group, n = sys.argv[1:6]
     servers = os.environ["BENCH_KAFKA"]
-    if kind.startswith("bare"):
-        bare(servers, src, out, group, int(n), eos=kind == "bare")
-    else:
-        quix(servers, src, out, group, int(n), eos=kind == "quix")
+    if kind not in ("bare", "bare-alo"):
+        raise SystemExit(f"unknown pipe {kind!r}: bare or bare-alo")
+    bare(servers, src, out, group, int(n), eos=kind == "bare")
