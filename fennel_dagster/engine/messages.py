@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class InMessage:
-    """One consumed Kafka message (``value`` None: a tombstone)."""
+class InMessage(NamedTuple):
+    """One consumed Kafka message (``value`` None: a tombstone). A named tuple, not a frozen
+    dataclass: one is made per message and per stage (0.23 vs 0.66 µs each)."""
 
     topic: str
     partition: int
@@ -18,8 +18,7 @@ class InMessage:
     timestamp_ms: int = 0
 
 
-@dataclass(frozen=True)
-class OutRecord:
+class OutRecord(NamedTuple):
     """One record to produce, its partition already chosen (co-partitioning is the job's)."""
 
     topic: str

@@ -484,10 +484,10 @@ def _event_time_bounds(
 ) -> tuple[pd.DataFrame, list[BadRow]]:
     """The source's event-time bounds, with now as every row's arrival (the engine uses the
     Kafka message's timestamp)."""
-    now = pd.Timestamp.now(tz="UTC")
+    now = pd.Timestamp.now(tz="UTC").value
     reasons = [
         next((r for src in sources if (r := event_time_problem(src, ds.name, ds.timestamp,
-                                                                 ts, now))), None)
+                                                                 ts.value, now))), None)
         for ts in rows[ds.timestamp]
     ]  # fmt: skip
     keep = [r is None for r in reasons]

@@ -9,6 +9,7 @@ on text so a row always fits a Kafka message.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -64,7 +65,20 @@ def parse_timestamp(value: Any) -> pd.Timestamp:
     """A JSON-safe timestamp (ISO text, epoch seconds, datetime) as a UTC Timestamp.
 
     Raises ValueError/TypeError/OverflowError for text that is not a time; the result may
-    still be outside the representable range (see ``timestamp_problem``)."""
+    still be outside the representable range (see ``timestamp_problem``). A source reads an
+    event's time three times (schema check, event time, normalised row), so text and numbers
+    are parsed once and remembered (``typed``: 1, 1.0 and True are different keys)."""
+    if isinstance(value, str | int | float):
+        return _parse_remembered(value)
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=1 << 14, typed=True)
+def _parse_remembered(value: str | int | float) -> pd.Timestamp:
+    return _parse(value)
+
+
+def _parse(value: Any) -> pd.Timestamp:
     if isinstance(value, bool):
         raise TypeError("a bool is not a time")
     ts = pd.Timestamp(value, unit="s") if isinstance(value, int | float) else pd.Timestamp(value)

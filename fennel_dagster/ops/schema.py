@@ -7,6 +7,7 @@ reason (field, expected type, value), so ingestion can route it to the error top
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,52 @@ def misfits(values: pd.Series, t: spec.DType) -> dict[int, str]:
         if problem:
             out[i] = f"{v!r} {problem}"
     return out
+
+
+def held_as_declared(ds: spec.DatasetSpec, df: pd.DataFrame) -> bool:
+    """Whether every row of ``df`` fits ``ds`` by its columns' dtypes alone, so that
+    ``check_rows`` would find no bad row and its records would equal ``to_records(df)``: each
+    field a column of its own kind (an int field ints, a float field finite floats, a bool
+    field bools, a timestamp field tz-aware times in range, a text field short strings),
+    nulls only where Optional. Anything else (restrictions, nested types) is walked."""
+    return all(f.name in df.columns and _as_declared(df[f.name], f.dtype) for f in ds.fields)
+
+
+def _as_declared(col: pd.Series, t: spec.DType) -> bool:
+    optional = isinstance(t, spec.OptionalType)
+    core = t.of if isinstance(t, spec.OptionalType) else t
+    nulls = col.isna()
+    if not optional and nulls.any():
+        return False
+    kind = col.dtype.kind
+    if kind == "O" and isinstance(core, spec.IntType | spec.FloatType | spec.BoolType):
+        # an operator's Python values (an aggregate's), each of the field's own type: an int
+        # in a float field is walked, as it is written "3", not "3.0"
+        values = col[~nulls].tolist()
+        if isinstance(core, spec.IntType):
+            return all(type(v) is int and limits.int_problem(v) is None for v in values)
+        if isinstance(core, spec.FloatType):
+            return all(type(v) is float and math.isfinite(v) for v in values)
+        return all(type(v) is bool for v in values)
+    match core:
+        case spec.IntType():
+            return kind == "i"
+        case spec.FloatType():
+            return kind == "f" and not np.isinf(col.to_numpy(dtype=float, na_value=np.nan)).any()
+        case spec.BoolType():
+            return kind == "b"
+        case spec.TimestampType():
+            if not isinstance(col.dtype, pd.DatetimeTZDtype):
+                return False
+            present = col[~nulls]
+            return present.empty or (
+                present.min() >= limits.LOWEST and present.max() < limits.HIGHEST
+            )
+        case spec.StringType():
+            return kind == "O" and all(
+                isinstance(v, str) and len(v) <= limits.MAX_TEXT_CHARS for v in col[~nulls].tolist()
+            )
+    return False
 
 
 def check_rows(ds: spec.DatasetSpec, df: pd.DataFrame) -> tuple[pd.DataFrame, list[BadRow]]:

@@ -67,23 +67,24 @@ def where_mask(src: spec.SourceSpec, df: pd.DataFrame, fn: WhereFn | None = None
 
 
 def event_time_problem(
-    src: spec.SourceSpec, dataset: str, field: str, ts: pd.Timestamp, arrived: pd.Timestamp
+    src: spec.SourceSpec, dataset: str, field: str, ts_ns: int, arrived_ns: int
 ) -> str | None:
-    """Why a row's event time is out of the source's bounds, or None.
+    """Why a row's event time (ns since the epoch, UTC) is out of the source's bounds, or
+    None. Integers: this runs for every row, and the common answer needs no Timestamp.
 
-    ``arrived`` is the row's processing time: the Kafka message's timestamp in the engine
+    ``arrived_ns`` is the row's processing time: the Kafka message's timestamp in the engine
     (so a replay judges the same rows alike), the wall clock in the mock."""
-    earliest = _instant(src.earliest)
-    if ts < earliest:
+    if ts_ns < _earliest_ns(src.earliest):
         return (
-            f"{dataset}.{field} = {ts.isoformat()} is before the source's earliest "
-            f"({earliest.isoformat()}); pass earliest= to @source to accept older events"
+            f"{dataset}.{field} = {_iso(ts_ns)} is before the source's earliest "
+            f"({_iso(_earliest_ns(src.earliest))}); pass earliest= to @source to accept older "
+            "events"
         )
-    ahead = (ts - arrived).total_seconds()
+    ahead = (ts_ns - arrived_ns) / 1e9
     if ahead > src.max_future:
         return (
-            f"{dataset}.{field} = {ts.isoformat()} is {_span(ahead)} ahead of its arrival "
-            f"({arrived.isoformat()}), more than the source's max_future "
+            f"{dataset}.{field} = {_iso(ts_ns)} is {_span(ahead)} ahead of its arrival "
+            f"({_iso(arrived_ns)}), more than the source's max_future "
             f"({_span(src.max_future)}); a clock or unit error? raise max_future= on @source "
             "to accept it"
         )
@@ -91,9 +92,14 @@ def event_time_problem(
 
 
 @functools.lru_cache(maxsize=64)
-def _instant(text: str) -> pd.Timestamp:
-    """A source's ``earliest``, parsed once (this runs for every row)."""
-    return pd.Timestamp(text)
+def _earliest_ns(text: str) -> int:
+    """A source's ``earliest``, parsed once."""
+    ts = pd.Timestamp(text)
+    return int((ts if ts.tzinfo else ts.tz_localize("UTC")).value)
+
+
+def _iso(ns: int) -> str:
+    return pd.Timestamp(ns, tz="UTC").isoformat()
 
 
 def _span(seconds: float) -> str:

@@ -12,7 +12,7 @@ from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.limits import MAX_ROW_BYTES
 from fennel_dagster.ops.rows import dumps, from_records, loads, to_records
-from fennel_dagster.ops.schema import check_rows
+from fennel_dagster.ops.schema import check_rows, held_as_declared
 from fennel_dagster.wire import spec
 
 
@@ -54,7 +54,9 @@ def encode_rows(
     errors: list[ErrorRecord] = []
     if rows.empty:
         return out, errors
-    if fields is None:
+    if fields is None and held_as_declared(ds, rows):  # nothing to check, row by row
+        good, names = rows, [f.name for f in ds.fields]
+    elif fields is None:
         good, bad = check_rows(ds, rows)
         for b in bad:
             errors.append(ErrorRecord(ds.name, "output-schema", f"{where}: {b.reason}",

@@ -16,6 +16,7 @@ A value the operators cannot hold (beyond int64, NaN, year 9999, huge text; see
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -56,6 +57,8 @@ class SourceJob:
         self.where = where_function(self.source)
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
+        self._ts_name = self.dataset.timestamp
+        self._keys = list(self.dataset.keys)
         self._ts_fields = [
             f.name
             for f in self.dataset.fields
@@ -86,24 +89,22 @@ class SourceJob:
                 it.errors.append(self._error(m, "schema", reason, rec))
                 continue
             self._normalise(rec)
-            ts = parse_timestamp(rec[self.dataset.timestamp])
+            ts = parse_timestamp(rec[self._ts_name])
             t = micros(ts)
             if self.since is not None and t < micros(self.since):
                 continue
             if self.until is not None and t >= micros(self.until):
                 continue
-            arrived = (
-                pd.Timestamp(m.timestamp_ms, unit="ms", tz="UTC") if m.timestamp_ms > 0 else ts
-            )
-            bound = event_time_problem(self.source, self.dataset.name, self.dataset.timestamp,
-                                       ts, arrived)  # fmt: skip
+            arrived_ns = m.timestamp_ms * 1_000_000 if m.timestamp_ms > 0 else ts.value
+            bound = event_time_problem(self.source, self.dataset.name, self._ts_name,
+                                       ts.value, arrived_ns)  # fmt: skip
             if bound is not None:
                 it.errors.append(self._error(m, "event-time", bound, rec))
                 continue
             if mark is not None and t < mark - disorder_us:
                 it.late += 1
                 it.errors.append(self._error(m, "late", (
-                    f"{self.dataset.name}: row at {rec[self.dataset.timestamp]} is older than the "
+                    f"{self.dataset.name}: row at {rec[self._ts_name]} is older than the "
                     f"watermark {pd.Timestamp(mark, unit='us', tz='UTC').isoformat()} minus the "
                     f"source's disorder ({self.source.disorder}s); raise disorder= to accept it"
                 ), rec))  # fmt: skip
@@ -119,7 +120,7 @@ class SourceJob:
                     f"limit of {MAX_ROW_BYTES:,}; send smaller rows"
                 ), None))  # fmt: skip
                 continue
-            key, part = partition_of_record(out, list(self.dataset.keys), self.partitions, raw)
+            key, part = partition_of_record(out, self._keys, self.partitions, raw)
             it.outputs.append(OutRecord(self.output, part, key, raw))
         if mark is not None:
             it.writes.put(self.namespace, _WATERMARK, str(mark).encode())
@@ -250,7 +251,9 @@ class SourceJob:
         """Timestamps as ISO-8601 UTC (numbers are epoch seconds, naive text is UTC)."""
         for name in self._ts_fields:
             v = rec.get(name)
-            if v is not None:
+            if isinstance(v, str | int | float):  # JSON's (checked: not a bool)
+                rec[name] = _iso_utc(v)
+            elif v is not None:
                 rec[name] = json_value(parse_timestamp(v))
 
     def _error(
@@ -261,3 +264,10 @@ class SourceJob:
             f"source {self.source.connector.kind}({self.source.connector.name}) of "
             f"{self.dataset.name}", row,
         )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1 << 14, typed=True)
+def _iso_utc(value: str | int | float) -> str:
+    """A time as the ISO-8601 UTC text rows carry, remembered: the schema check has just
+    parsed the same value, and the event time is read back from this text."""
+    return str(json_value(parse_timestamp(value)))
