@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from fennel_dagster.wire import spec
@@ -145,7 +147,19 @@ def dumps(record: dict[str, Any]) -> bytes:
     return _ENCODER.encode(record).encode()
 
 
+# a run of 19 digits may be an int beyond int64, which orjson would read as a float
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def loads(data: bytes) -> dict[str, Any]:
+    """A row from its JSON bytes: orjson (these rows are decoded at every stage, and by the
+    offline writers), and the standard library for what orjson refuses or reads otherwise:
+    the NaN and Infinity ``dumps`` writes, and ints beyond 64 bits."""
+    if not _LONG_DIGITS.search(data):
+        try:
+            return orjson.loads(data)  # type: ignore[no-any-return]
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(data)  # type: ignore[no-any-return]
 
 
