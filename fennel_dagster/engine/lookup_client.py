@@ -61,6 +61,17 @@ def load_routes(conn: psycopg.Connection, lease_s: float) -> Routes:
 
 
 @dataclass(frozen=True)
+class Want:
+    """One lookup of a batch: keys of ``job``'s dataset as JSON records, at times in µs
+    since the epoch."""
+
+    job: JobRow
+    keys: list[dict[str, Any]]
+    stamps_us: list[int]
+    fields: list[str] | None
+
+
+@dataclass(frozen=True)
 class _Ask:
     """One engine request of a lookup: the keys of one partition."""
 
@@ -86,7 +97,7 @@ class EngineLookups:
     ) -> None:
         self.routes, self.secret = routes, secret
         self.http, self.fanout, self.timeout, self.session = http, fanout, timeout, session
-        self.calls = 0  # engine requests made (a plan's lookup fan-out)
+        self.calls = 0  # HTTP requests made to engines (a plan's lookup fan-out)
 
     def lookup(
         self,
@@ -97,6 +108,7 @@ class EngineLookups:
     ) -> tuple[pd.DataFrame, pd.Series]:
         key_recs = to_records(positional(keys), list(job.spec.dataset.keys))
         asks = self._asks(job, key_recs, micros_of(pd.Series(ts)), fields)
+        self.calls += len(asks)
         if self.http is None:
             raise RuntimeError("EngineLookups.lookup needs an httpx.Client (http=)")
         http = self.http
@@ -138,23 +150,57 @@ class EngineLookups:
     ) -> tuple[dict[str, pd.Series], pd.Series]:
         """``lookup_async`` of keys as JSON records and times as µs since the epoch; the rows
         as a column per field."""
-        asks = self._asks(job, keys, stamps_us, fields)
+        return (await self.lookup_many_async([Want(job, keys, stamps_us, fields)]))[0]
+
+    async def lookup_many_async(
+        self, wants: list[Want]
+    ) -> list[tuple[dict[str, pd.Series], pd.Series]]:
+        """Several lookups at once (a query's datasets): the requests each engine gets from
+        all of them travel in one HTTP request (``POST /lookups``), all engines at once."""
         if self.session is None:
             raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
         session = self.session
         limit = aiohttp.ClientTimeout(total=self.timeout)
+        asks = [self._asks(w.job, w.keys, w.stamps_us, w.fields) for w in wants]
+        by_address: dict[str, list[tuple[int, _Ask]]] = {}
+        for n, group in enumerate(asks):
+            for a in group:
+                by_address.setdefault(a.address, []).append((n, a))
+        self.calls += len(by_address)
 
-        async def ask(a: _Ask) -> dict[str, Any]:
+        async def post(address: str, path: str, body: bytes, first: tuple[int, _Ask]) -> Any:
+            job = wants[first[0]].job
             try:
-                async with session.post(f"http://{a.address}/lookup", data=a.body,
+                async with session.post(f"http://{address}{path}", data=body,
                                         headers=self._headers(), timeout=limit) as resp:  # fmt: skip
-                    content = await resp.read()
+                    return resp.status, await resp.read()
             except (aiohttp.ClientError, TimeoutError) as e:
-                raise self._unreachable(job, a, e) from e
-            return self._reply(job, a, resp.status, content)
+                raise self._unreachable(job, first[1], e) from e
 
-        replies = await asyncio.gather(*(ask(a) for a in asks))
-        return self._assemble(job, keys, asks, list(replies), fields)
+        async def ask(address: str, group: list[tuple[int, _Ask]]) -> list[dict[str, Any]]:
+            if len(group) == 1:
+                n, a = group[0]
+                status, content = await post(address, "/lookup", a.body, group[0])
+                return [self._reply(wants[n].job, a, status, content)]
+            body = b'{"lookups":[' + b",".join(a.body for _, a in group) + b"]}"
+            status, content = await post(address, "/lookups", body, group[0])
+            if status != 200:  # the whole request refused (credential, malformed)
+                n, a = group[0]
+                return [self._reply(wants[n].job, a, status, content)]
+            answers = orjson.loads(content)["answers"]
+            return [self._reply(wants[n].job, a, int(ans.pop("status")), b"", ans)
+                    for (n, a), ans in zip(group, answers, strict=True)]  # fmt: skip
+
+        replied = await asyncio.gather(*(ask(ad, g) for ad, g in by_address.items()))
+        replies: dict[int, dict[int, dict[str, Any]]] = {}  # want -> ask's partition -> reply
+        for sent, answers in zip(by_address.values(), replied, strict=True):
+            for (n, a), reply in zip(sent, answers, strict=True):
+                replies.setdefault(n, {})[a.partition] = reply
+        return [
+            self._assemble(w.job, w.keys, group, [replies[n][a.partition] for a in group],
+                           w.fields)
+            for n, (w, group) in enumerate(zip(wants, asks, strict=True))
+        ]  # fmt: skip
 
     def _asks(
         self,
@@ -174,7 +220,6 @@ class EngineLookups:
             }), idx)
             for part, idx in groups.items()
         ]  # fmt: skip
-        self.calls += len(asks)
         return asks
 
     def _headers(self) -> dict[str, str]:
@@ -187,9 +232,19 @@ class EngineLookups:
             "retry in a few seconds"
         )
 
-    def _reply(self, job: JobRow, a: _Ask, status: int, content: bytes) -> dict[str, Any]:
+    def _reply(
+        self,
+        job: JobRow,
+        a: _Ask,
+        status: int,
+        content: bytes,
+        reply: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """An engine's answer to ``a`` (``content``, or ``reply`` already decoded from a
+        ``/lookups`` answer), or the error its status means."""
         name = job.spec.dataset.name
-        reply: dict[str, Any] = orjson.loads(content or b"{}")
+        if reply is None:
+            reply = orjson.loads(content or b"{}")
         if status == 409:
             raise EngineUnavailable(
                 f"partition {a.partition} of {job.name} (dataset {name}) is moving between "

@@ -3,7 +3,8 @@ of its own runners.
 
 ``POST /lookup`` with ``{"job": <job hash>, "partition": p, "keys": [{...}],
 "micros": [µs since the epoch, UTC...], "fields": [...] | null}`` answers
-``{"rows": [...], "found": [...]}``
+``{"rows": [...], "found": [...]}``; ``POST /lookups`` with ``{"lookups": [request, ...]}``
+answers each in one round trip (``{"answers": [{"status": 200, "rows": ..., ...}, ...]}``)
 from a read-only secondary RocksDB instance that follows the runner's hangar. ``GET /metrics``
 is this process's Prometheus metrics. Lookups must carry the platform's service credential
 (``X-Fennel-Service``, from the metadata store): users reach data only through the query
@@ -141,10 +142,11 @@ def serve(
     async def metrics_page(request: Request) -> Response:
         return Response(metrics.collect(metrics_dir), media_type=CONTENT_TYPE_LATEST)
 
-    def answer_lookup(req: dict[str, Any]) -> Response:
+    def answer(req: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One lookup request's status and answer."""
         job = jobs(req["job"], int(req["partition"]))
         if job is None:
-            return reply(409, {"error": "this engine does not own that partition"})
+            return 409, {"error": "this engine does not own that partition"}
         keys: list[dict[str, Any]] = req["keys"]
         stamps = [int(t) for t in req["micros"]]
         if len(stamps) != len(keys) or not all(isinstance(k, dict) for k in keys):
@@ -154,20 +156,45 @@ def serve(
             rows, found = followers.read(job, int(req["partition"]),
                                          lambda h: answer_records(h, job, keys, stamps, fields))  # fmt: skip
         except NoStateYet:
-            return reply(200, {"rows": [{} for _ in keys], "found": [False] * len(keys)})
-        return reply(200, {"rows": rows, "found": found})
+            return 200, {"rows": [{} for _ in keys], "found": [False] * len(keys)}
+        return 200, {"rows": rows, "found": found}
 
-    async def lookup(request: Request) -> Response:
+    def answer_each(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Several requests' answers, each with its own status: one partition that moved
+        away does not fail the others."""
+        out = []
+        for req in reqs:
+            try:
+                status, body = answer(req)
+            except LookupFailed as e:
+                status, body = 400, {"error": str(e)}
+            out.append({"status": status, **body})
+        return out
+
+    def refused(request: Request) -> Response | None:
         given = request.headers.get(SERVICE_HEADER, "")
-        if not hmac.compare_digest(given.encode(), secret.encode()):
-            return reply(401 if not given else 403, {
-                "error": "engine lookups need the platform's service credential; "
-                "query through a query server (`fennel-dagster serve`) instead"})  # fmt: skip
+        if hmac.compare_digest(given.encode(), secret.encode()):
+            return None
+        return reply(401 if not given else 403, {
+            "error": "engine lookups need the platform's service credential; "
+            "query through a query server (`fennel-dagster serve`) instead"})  # fmt: skip
+
+    async def answered(request: Request, many: bool) -> Response:
+        if (no := refused(request)) is not None:
+            return no
         try:
             req = orjson.loads(await request.body())
+            if many:
+                reqs = req["lookups"]
+                if not isinstance(reqs, list) or not all(isinstance(r, dict) for r in reqs):
+                    raise ValueError("lookups must be a list of lookup requests")
+                keys = sum(len(r.get("keys") or ()) for r in reqs)
+                if keys <= INLINE_KEYS:
+                    return reply(200, {"answers": answer_each(reqs)})
+                return reply(200, {"answers": await run_in_threadpool(answer_each, reqs)})
             if len(req.get("keys") or ()) <= INLINE_KEYS:
-                return answer_lookup(req)
-            return await run_in_threadpool(answer_lookup, req)
+                return reply(*answer(req))
+            return reply(*await run_in_threadpool(answer, req))
         except LookupFailed as e:
             return reply(400, {"error": str(e)})
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -176,8 +203,16 @@ def serve(
             log.exception("lookup failed")
             return reply(500, {"error": f"{type(e).__name__}: {e}"})
 
+    async def lookup(request: Request) -> Response:
+        return await answered(request, many=False)
+
+    async def lookups(request: Request) -> Response:
+        """``{"lookups": [request, ...]}`` -> ``{"answers": [{"status": ..., ...}, ...]}``:
+        a query's lookups of several datasets served here, in one round trip."""
+        return await answered(request, many=True)
+
     app = Starlette(routes=[
         Route("/health", health), Route("/metrics", metrics_page),
-        Route("/lookup", lookup, methods=["POST"]),
+        Route("/lookup", lookup, methods=["POST"]), Route("/lookups", lookups, methods=["POST"]),
     ])  # fmt: skip
     return LookupEndpoint(app, host, port)

@@ -24,7 +24,7 @@ from prometheus_client import Histogram
 
 from fennel_dagster.commit import branches
 from fennel_dagster.declare.lookup import LookupProvider
-from fennel_dagster.engine.lookup_client import EngineLookups, Routes
+from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want
 from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
@@ -151,13 +151,14 @@ class QueryRunner:
             frame, ts = positional(frame), utc(ts)
             if executor.all_prefetched(plan, list(frame.columns)):
                 # engines asked from the loop, concurrently; no thread waits on them
+                # (each engine gets all of the query's lookups it serves in one request)
                 groups = executor.prefetches(plan, list(frame.columns))
                 stamps = micros_of(ts)
-                answers = await asyncio.gather(*(
-                    via.lookup_records_async(graph.serving_job(key[0]),
-                                             executor.key_records(key, frame), stamps, fields)
+                answers = await via.lookup_many_async([
+                    Want(graph.serving_job(key[0]), executor.key_records(key, frame), stamps,
+                         fields)
                     for key, fields in groups.items()
-                ))  # fmt: skip
+                ])  # fmt: skip
                 fetched = dict(zip(groups, answers, strict=True))
                 if len(frame) <= IN_LOOP_ROWS:
                     result = executor.run(plan, frame, ts, fetched)

@@ -246,3 +246,68 @@ def test_several_worker_processes_answer_alike_and_export_one_set_of_metrics(  #
     finally:
         two.process.terminate()
         two.process.wait(30)
+
+
+def _fanout(url: str) -> tuple[float, float]:
+    """The server's lookup fan-out histogram: (queries, engine requests)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got = {s.name: s.value for fam in text_string_to_metric_families(
+        httpx.get(f"{url}/metrics", timeout=10).text) for s in fam.samples
+        if s.name.startswith("fennel_query_lookup_fanout_")}  # fmt: skip
+    return got["fennel_query_lookup_fanout_count"], got["fennel_query_lookup_fanout_sum"]
+
+
+def test_a_querys_lookups_reach_their_engine_in_one_request(loaded, serving: Serving) -> None:  # type: ignore[no-untyped-def]
+    """Lookups of two datasets (UserSpend, User) over every partition, all served by one
+    engine: one HTTP request (``POST /lookups``), and the answers equal the mock's."""
+    admin, mock, ev, at = loaded
+    rows, ts = _rows(ev, at)
+    outputs = ["UserFeatures.spend_7d", "UserFeatures.txns_1h", "UserFeatures.country"]
+    keys = rows[["UserFeatures.uid"]].drop_duplicates().reset_index(drop=True)
+    ts = ts.iloc[: len(keys)].reset_index(drop=True)
+    asked = serving.settings.partitions * 2  # (dataset, partition) pairs the keys may hit
+    assert asked >= 2
+    before = _fanout(serving.url)
+    got = admin.query(["UserFeatures.uid"], outputs, keys, ts)
+    after = _fanout(serving.url)
+    _same(got, mock.query(["UserFeatures.uid"], outputs, keys, ts))
+    assert after[0] - before[0] == 1  # this query
+    assert after[1] - before[1] == 1  # one request to the one engine
+
+
+def test_an_engine_answers_each_lookup_of_a_batch_on_its_own(
+    loaded, serving: Serving, engine
+) -> None:  # type: ignore[no-untyped-def]
+    """``POST /lookups``: every request answered with its own status (a partition this engine
+    does not own is a 409 beside the others' rows), and only with the service credential."""
+    import httpx
+    import orjson
+
+    from fennel_dagster.engine import lookups
+    from fennel_dagster.engine.lookup_client import SERVICE_HEADER
+    from fennel_dagster.metadata import registry, tokens
+    from fennel_dagster.metadata.db import connect
+
+    admin, mock, ev, at = loaded
+    s = serving.settings
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        secret = tokens.service_secret(conn)
+        job = lookups.serving_job(registry.branch_jobs(conn, "main"), "UserSpend")
+    uid = int(ev.transactions.uid.iloc[0])
+    part = lookups.partitions_of_records(job, [{"uid": uid}])[0]
+    micros = int(pd.Timestamp(at).value // 1000)
+    good = {"job": job.hash, "partition": part, "keys": [{"uid": uid}], "micros": [micros],
+            "fields": ["txns_forever"]}  # fmt: skip
+    stray = {**good, "job": "0" * len(job.hash)}
+    url = f"http://{engine.address}/lookups"
+    body = orjson.dumps({"lookups": [good, stray]})
+    r = httpx.post(url, content=body, headers={SERVICE_HEADER: secret}, timeout=10)
+    assert r.status_code == 200, r.text
+    first, second = r.json()["answers"]
+    want, found = mock.lookup("UserSpend", pd.DataFrame({"uid": [uid]}), pd.Series([at]))
+    assert first["status"] == 200 and first["found"] == [bool(found.iloc[0])]
+    assert first["rows"][0]["txns_forever"] == int(want["txns_forever"].iloc[0])
+    assert second["status"] == 409 and "does not own" in second["error"]
+    assert httpx.post(url, content=body, timeout=10).status_code == 401
