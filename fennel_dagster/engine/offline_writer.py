@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import pandas as pd
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
 from fennel_dagster.engine.error_records import encode_error
@@ -30,10 +31,12 @@ from fennel_dagster.engine.kafka_clients import consumer, in_message, topic_part
 from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.errors import EngineError
 from fennel_dagster.metadata.registry import JobRow
-from fennel_dagster.offline.table import OfflineTable, TableConflict, to_arrow
+from fennel_dagster.offline.table import OfflineTable, TableConflict, records_to_arrow, to_arrow
+from fennel_dagster.ops.index import DELETED
+from fennel_dagster.ops.rows import loads
 from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
-from fennel_dagster.wire import plan
+from fennel_dagster.wire import plan, spec
 
 log = logging.getLogger("fennel_dagster.engine.offline")
 
@@ -124,11 +127,14 @@ class OfflineWriter:
 
     def _flush(self, msgs: list[InMessage]) -> None:
         ds = self.spec.table.dataset
-        data, rows, deleted, errors = self._typed([m for m in msgs if m.value is not None])
-        if errors:
-            self._report(errors)
-        table = to_arrow(rows, deleted, [m.partition for m in data],
-                         [m.offset for m in data], ds)  # fmt: skip
+        present = [m for m in msgs if m.value is not None]
+        table = _straight(present, ds)
+        if table is None:  # a row that needs typing (or cannot be typed: an error record)
+            data, rows, deleted, errors = self._typed(present)
+            if errors:
+                self._report(errors)
+            table = to_arrow(rows, deleted, [m.partition for m in data],
+                             [m.offset for m in data], ds)  # fmt: skip
         offsets: dict[tuple[str, int], int] = {}
         for m in msgs:
             offsets[(m.topic, m.partition)] = max(m.offset, offsets.get((m.topic, m.partition), -1))
@@ -188,3 +194,19 @@ class OfflineWriter:
         self.bad_rows += len(errors)
         log.warning("%s: %d row(s) sent to %s: %s", self.job.name, len(errors),
                     self.spec.error_topic, errors[0].reason)  # fmt: skip
+
+
+def _straight(msgs: list[InMessage], ds: spec.DatasetSpec) -> pa.Table | None:
+    """The table of ``msgs`` decoded straight into Arrow (``records_to_arrow``), or None."""
+    records = []
+    for m in msgs:
+        try:
+            rec = loads(m.value or b"")
+        except ValueError:
+            return None
+        if not isinstance(rec, dict):
+            return None
+        records.append(rec)
+    deleted = [bool(r.get(DELETED)) for r in records]
+    return records_to_arrow(records, deleted, [m.partition for m in msgs],
+                            [m.offset for m in msgs], ds)  # fmt: skip

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -255,9 +256,68 @@ def to_arrow(
             cols[f.name] = pa.array(stamps_, type=kind)
         else:
             cols[f.name] = pa.array(values.astype(object).where(values.notna(), None), type=kind)
-    stamps = cols[ds.timestamp]
-    cols[DAY] = pc.strftime(stamps, format="%Y-%m-%d")
-    cols[DELETED] = pa.array(deleted.astype(bool).tolist(), type=pa.bool_())
+    return _table(cols, schema, ds, deleted.astype(bool).tolist(), partitions, offsets)
+
+
+def records_to_arrow(
+    records: Sequence[Mapping[str, Any]],
+    deleted: Sequence[bool],
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+    ds: spec.DatasetSpec,
+) -> pa.Table | None:
+    """``to_arrow(from_records(records, ds.fields), ...)`` straight from our own topics' JSON
+    records, with no pandas in between, when every field is an int, float, bool, text or
+    timestamp and every value is of the field's own JSON type (a timestamp as the canonical
+    UTC text ``json_value`` writes); None otherwise (the caller takes the typed road)."""
+    schema = arrow_schema(ds)
+    cols: dict[str, Any] = {}
+    for f in ds.fields:
+        values = [r.get(f.name) for r in records]
+        array = _direct(values, f.dtype, schema.field(f.name).type)
+        if array is None:
+            return None
+        cols[f.name] = array
+    return _table(cols, schema, ds, list(deleted), partitions, offsets)
+
+
+# a field's JSON types, and whether an int passes for a float (json_value writes 3.0 as 3.0,
+# but a source's row may say 3)
+_JSON_TYPES: dict[type, tuple[type, ...]] = {
+    spec.IntType: (int,), spec.FloatType: (float, int), spec.BoolType: (bool,),
+    spec.StringType: (str,),
+}  # fmt: skip
+_UTC_TEXT = len("2026-01-01T00:00:00+00:00")  # and 7 more with microseconds
+
+
+def _direct(values: list[Any], dtype: spec.DType, kind: pa.DataType) -> pa.Array | None:
+    base = dtype.of if isinstance(dtype, spec.OptionalType) else dtype
+    present = [v for v in values if v is not None]
+    if isinstance(base, spec.TimestampType):
+        if not all(type(v) is str and v.endswith("+00:00") and len(v) in (_UTC_TEXT,
+                   _UTC_TEXT + 7) for v in present):  # fmt: skip
+            return None
+        naive = [v[:-6] if v is not None else "NaT" for v in values]
+        return pa.array(np.array(naive, dtype="datetime64[us]"), type=kind)
+    wanted = _JSON_TYPES.get(type(base))
+    if wanted is None or not all(type(v) in wanted and v == v for v in present):
+        return None  # (a NaN is null on the typed road)
+    try:
+        return pa.array(values, type=kind)
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # an int beyond int64: the typed road reports it
+
+
+def _table(
+    cols: dict[str, Any],
+    schema: pa.Schema,
+    ds: spec.DatasetSpec,
+    deleted: list[bool],
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+) -> pa.Table:
+    cols[DAY] = pc.strftime(cols[ds.timestamp], format="%Y-%m-%d")
+    cols[DELETED] = pa.array(deleted, type=pa.bool_())
     cols[PARTITION] = pa.array(list(partitions), type=pa.int32())
     cols[OFFSET] = pa.array(list(offsets), type=pa.int64())
     return pa.table(cols, schema=schema)
