@@ -65,9 +65,9 @@ def parse_timestamp(value: Any) -> pd.Timestamp:
     """A JSON-safe timestamp (ISO text, epoch seconds, datetime) as a UTC Timestamp.
 
     Raises ValueError/TypeError/OverflowError for text that is not a time; the result may
-    still be outside the representable range (see ``timestamp_problem``). A source reads an
-    event's time three times (schema check, event time, normalised row), so text and numbers
-    are parsed once and remembered (``typed``: 1, 1.0 and True are different keys)."""
+    still be outside the representable range (see ``timestamp_problem``). Text and numbers
+    are remembered: callers check a value, then read it (``typed``: 1, 1.0 and True are
+    different keys)."""
     if isinstance(value, str | int | float):
         return _parse_remembered(value)
     return _parse(value)

@@ -135,7 +135,7 @@ def held_as_declared(ds: spec.DatasetSpec, df: pd.DataFrame) -> bool:
 
 def _as_declared(col: pd.Series, t: spec.DType) -> bool:
     optional = isinstance(t, spec.OptionalType)
-    core = t.of if isinstance(t, spec.OptionalType) else t
+    core = t.of if optional else t  # type: ignore[union-attr]
     nulls = col.isna()
     if not optional and nulls.any():
         return False
