@@ -13,7 +13,6 @@ import threading
 from typing import Any
 
 from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
-from dagster_graphql import DagsterGraphQLClient
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.commit import branches, requests
@@ -116,6 +115,9 @@ def record_materializations(
 
 def reload_location(context: OpExecutionContext) -> None:
     """New assets appear without a restart: ask the webserver to reload this code location."""
+    # imported here: only a commit run needs it, and every run process loads this module
+    from dagster_graphql import DagsterGraphQLClient
+
     s = get_settings()
     try:
         DagsterGraphQLClient(s.host, port_number=s.dagster_port).reload_repository_location(

@@ -238,7 +238,8 @@ def engine_keepalive(
                          SLOT_TAG: f"{settings.pg_schema}/{k}",
                          "fennel/job": by_key[k][0].name,
                          "fennel/job-hash": by_key[k][0].hash,
-                         "fennel/dataset": by_key[k][0].spec.dataset.name})
+                         "fennel/dataset": by_key[k][0].spec.dataset.name,
+                         "dagster/priority": str(keepalive.launch_priority(by_key[k][0]))})
         for k in plan.launch
     ]  # fmt: skip
     dyn: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = []

@@ -58,6 +58,17 @@ def partition_key(job: JobRow, partition: int, jobs: Iterable[JobRow] = ()) -> s
     return next(k for k, (j, p) in keys.items() if j.hash == job.hash and p == partition)
 
 
+# Jobs whose output answers lookups or feeds them start first; a platform's first start is
+# tens of run processes on a few cores. Writers (offline tables, sinks) catch up from their
+# topic, and history ingests are polls: nothing waits on them for freshness.
+_SERVING: frozenset[str] = frozenset({"source", "pipeline", "index"})
+
+
+def launch_priority(job: JobRow) -> int:
+    """Dagster's ``dagster/priority`` for a job's run: the run queue starts higher first."""
+    return 1 if job.kind in _SERVING else 0
+
+
 @dataclass(frozen=True)
 class LiveRun:
     run_id: str
@@ -113,6 +124,7 @@ def plan(
         out.mark_failed.append(run.run_id)
     stopped = set(failed)
     out.launch = sorted(
-        k for k, (j, p) in by_key.items() if k not in alive and (j.hash, p) not in stopped
+        (k for k, (j, p) in by_key.items() if k not in alive and (j.hash, p) not in stopped),
+        key=lambda k: (-launch_priority(by_key[k][0]), k),
     )
     return out

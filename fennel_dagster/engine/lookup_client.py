@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import httpx
 import orjson
 import pandas as pd
@@ -26,6 +25,9 @@ from fennel_dagster.ops.columns import positional
 from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import to_records, typed_columns
 from fennel_dagster.query.lookup import LookupFailed
+
+if TYPE_CHECKING:  # aiohttp loads only where lookups run async (the query server)
+    import aiohttp
 
 SERVICE_HEADER = "X-Fennel-Service"
 
@@ -159,6 +161,8 @@ class EngineLookups:
         all of them travel in one HTTP request (``POST /lookups``), all engines at once."""
         if self.session is None:
             raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
+        import aiohttp
+
         session = self.session
         limit = aiohttp.ClientTimeout(total=self.timeout)
         asks = [self._asks(w.job, w.keys, w.stamps_us, w.fields) for w in wants]

@@ -15,9 +15,8 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import httpx
 import pandas as pd
 from prometheus_client import Histogram
@@ -36,6 +35,9 @@ from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.serve.state import BranchGraph
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import spec
+
+if TYPE_CHECKING:  # aiohttp loads with the first session: Dagster's asset SDL needs none
+    import aiohttp
 
 STEP_SECONDS = Histogram(
     "fennel_query_plan_seconds", "Time to execute a query plan, by where it ran", ["runs_in"],
@@ -114,6 +116,8 @@ class QueryRunner:
     async def session(self) -> aiohttp.ClientSession:
         """The event loop's kept-alive connections to engines (made on first use, in the
         loop that uses them)."""
+        import aiohttp
+
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=60)

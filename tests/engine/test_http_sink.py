@@ -420,7 +420,7 @@ def test_sigkilled_runners_and_deliverers_leave_every_change_delivered(
             wave = random_changes(rnd, 60, 10, live, start=1 + 60 * w)
             changes += wave
             produce_changes(s, raw, wave)
-            kills += kill_at_random(sup, 6, rnd)
+            kills += kill_at_random(sup, 3.5, rnd)
         os.environ.pop("FENNEL_ENGINE_CRASH")
         kill_all(sup)  # restart every runner without crash points
         want = expected(changes)

@@ -350,7 +350,7 @@ def test_sigkilled_runners_leave_every_change_on_the_sink_exactly_once(
                     live[uid] = r
                 rows.setdefault(uid, []).append(changes[-1])
             produce_changes(s, raw, changes)
-            kills += kill_at_random(sup, 4, rnd)
+            kills += kill_at_random(sup, 2.5, rnd)
         os.environ.pop("FENNEL_ENGINE_CRASH")
         kill_all(sup)  # restart every runner without crash points
         total = waves * per_wave

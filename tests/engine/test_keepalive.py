@@ -10,6 +10,7 @@ from fennel_dagster.engine.keepalive import (
     STARTUP_GRACE_S,
     LiveRun,
     display_name,
+    launch_priority,
     partition_keys,
     plan,
 )
@@ -45,6 +46,17 @@ def test_new_job_partitions_are_added_and_get_a_run_each() -> None:
     p = plan([JOB], [], [], {})
     assert p.add_partitions == ["A.agg/0", "A.agg/1"]
     assert p.launch == ["A.agg/0", "A.agg/1"]
+
+
+def test_jobs_that_serve_lookups_launch_before_writers_and_ingests() -> None:
+    jobs = [job("h1", "ns.offline.A.v1.0123", "offline"), job("h2", "ns.index.B.v1.0123", "index", "B"),
+            job("h3", "ns.s3ingest.A.src1.0123", "s3_ingest"), job("h4", "ns.job.C.agg.0123", dataset="C"),
+            job("h5", "ns.job.A.src0.0123", "source"), job("h6", "ns.sink.A.0123", "kafka_sink")]  # fmt: skip
+    launch = plan(jobs, [], [], {}).launch
+    first = [k for k in launch if launch_priority(partition_keys(jobs)[k][0]) == 1]
+    assert launch[: len(first)] == first and len(first) == 6  # 3 serving jobs x 2 partitions
+    assert {k.split("/")[0] for k in first} == {"B.index", "C.agg", "A.src0"}
+    assert first == sorted(first) and launch[6:] == sorted(launch[6:])
 
 
 def test_a_beating_run_is_left_alone_and_a_silent_one_is_failed_and_relaunched() -> None:
