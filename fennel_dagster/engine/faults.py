@@ -27,6 +27,13 @@ def _parse(raw: str) -> dict[str, float]:
 _ARMED = _parse(os.environ.get("FENNEL_ENGINE_CRASH", ""))
 
 
+def arm() -> None:
+    """Read ``FENNEL_ENGINE_CRASH`` again: a forked runner's environment is its supervisor's
+    at the fork, not the one this module was imported with."""
+    global _ARMED
+    _ARMED = _parse(os.environ.get("FENNEL_ENGINE_CRASH", ""))
+
+
 def maybe_crash(point: str) -> None:
     prob = _ARMED.get(point)
     if prob and random.random() < prob:

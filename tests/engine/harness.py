@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.runner import Runner
-from fennel_dagster.engine.supervisor import _runner_main
+from fennel_dagster.engine.supervisor import _runner_main, runner_context
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow, list_jobs
 from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable
@@ -163,8 +162,10 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condi
 
 def offline_writer(s: Settings, job: JobRow) -> Any:
     """An offline writer job in a process of its own (so a test can SIGKILL it)."""
-    proc = mp.get_context("spawn").Process(
-        target=_runner_main, args=(s, job.to_json(), 0, "offline-test"), daemon=True
+    proc = runner_context().Process(
+        target=_runner_main,
+        args=(s, job.to_json(), 0, "offline-test", 0, "", dict(os.environ)),
+        daemon=True,
     )
     proc.start()
     return proc

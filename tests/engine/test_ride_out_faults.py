@@ -149,17 +149,21 @@ def _metric(sup: Supervisor, name: str) -> float:
     raise AssertionError(f"{name} of {sup.engine_id} not in /metrics:\n{text[:2000]}")
 
 
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (read from /proc: Linux, like the engine's guard)."""
-    out = []
+def _descendants(pid: int) -> list[int]:
+    """Processes under ``pid``: its children and theirs (runners are the fork server's
+    children). Read from /proc: Linux, like the engine's guard."""
+    parent_of = {}
     for stat in os.listdir("/proc"):
         if stat.isdigit():
             try:
                 fields = open(f"/proc/{stat}/stat").read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
-                out.append(int(stat))
+            parent_of[int(stat)] = int(fields[1])
+    out, frontier = [], {pid}
+    while frontier:
+        frontier = {p for p, parent in parent_of.items() if parent in frontier}
+        out += sorted(frontier)
     return out
 
 
@@ -190,8 +194,8 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
                 except Exception as e:  # noqa: BLE001
                     got = e
             raise AssertionError(f"{got!r}\n" + Path(log).read_text()[-1500:]) from None
-        runners = _children(engine.pid)
-        assert len(runners) >= 4, runners  # the runner processes (and spawn's helper)
+        runners = _descendants(engine.pid)
+        assert len(runners) >= 5, runners  # the runner processes and the fork server
         engine.send_signal(signal.SIGKILL)
         engine.wait(10)
         wait_for(lambda: not any(pid_alive(p) for p in runners), 10, "the runners to die")
