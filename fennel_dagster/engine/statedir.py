@@ -2,11 +2,14 @@
 
 An engine keeps only the partitions it runs: the next owner restores from S3, so a copy left
 behind would fill the disk — and a stale one must never meet a job of the same name again.
-A directory whose RocksDB lock another process holds is in use and is left alone.
+A directory whose RocksDB lock another process holds is in use and is left alone. Engine
+runs on one host share a root and start together, so two may clear the same stale state at
+once: what the other one removed first is simply gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import shutil
@@ -22,9 +25,11 @@ def partitions(root: Path) -> list[tuple[str, int, Path]]:
         return []
     out = []
     for job_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for part in sorted(job_dir.glob("p*")):
-            if part.name[1:].isdigit():
-                out.append((job_dir.name, int(part.name[1:]), part))
+        try:
+            parts = sorted(job_dir.glob("p*"))
+        except FileNotFoundError:  # another cleaner removed it since the listing
+            continue
+        out += [(job_dir.name, int(p.name[1:]), p) for p in parts if p.name[1:].isdigit()]
     return out
 
 
@@ -51,7 +56,6 @@ def drop_unowned(root: Path, owned: Callable[[str, int], bool], who: str) -> lis
         shutil.rmtree(path, ignore_errors=True)
         dropped.append(path)
         log.info("%s: dropped local state of %s p%d (not owned)", who, job, partition)
-        parent = path.parent
-        if parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+        with contextlib.suppress(OSError):  # gone already, or not empty: another one's
+            path.parent.rmdir()
     return dropped

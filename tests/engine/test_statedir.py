@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,3 +54,27 @@ def test_drops_unowned_partitions_and_keeps_owned_and_open_ones(tmp_path: Path) 
 def test_a_missing_root_has_nothing_to_drop(tmp_path: Path) -> None:
     assert statedir.partitions(tmp_path / "none") == []
     assert statedir.drop_unowned(tmp_path / "none", lambda j, p: False, "test") == []
+
+
+def test_cleaners_of_one_root_at_once_all_finish(tmp_path: Path) -> None:
+    # engine runs starting together on one host clear the same stale state side by side
+    for n in range(300):
+        for p in ("p0", "p1"):
+            (tmp_path / f"old{n}.job" / p).mkdir(parents=True)
+            (tmp_path / f"old{n}.job" / p / "CURRENT").write_text("x")
+    (tmp_path / "kept.job" / "p0").mkdir(parents=True)
+    errors: list[BaseException] = []
+
+    def clean() -> None:
+        try:
+            statedir.drop_unowned(tmp_path, lambda job, p: job == "kept.job", "test")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=clean) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.job"]
