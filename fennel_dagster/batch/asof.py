@@ -157,6 +157,24 @@ def _shape(r: Versions) -> _Shape:
     return _Shape(int(row[0]), int(row[1]), int(row[2]))
 
 
+def _key_types(r: Versions) -> list[T.DataType]:
+    """The Spark types both sides' key columns are cast to: the dataset's key fields'."""
+    types = {f.name: spark_type(f.dtype) for f in r.ds.fields}
+    return [types[rc] for rc in r.on]
+
+
+def _keyed(names: list[str], cols: list[str], types: list[T.DataType]) -> list[Column]:
+    return [F.col(c).cast(t).alias(k) for k, c, t in zip(names, cols, types, strict=True)]
+
+
+def _visible(h: Column, within_before: int | None) -> Column:
+    """Whether the version ``h`` a row met answers it: there is one, it is not a delete,
+    and it is recent enough (``within_before`` seconds)."""
+    fresh = F.lit(True) if within_before is None else (
+        F.col(TIME) - h[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
+    return h.isNotNull() & ~h[GONE] & fresh
+
+
 def _broadcast_lookup(
     left: DataFrame,
     left_on: list[str],
@@ -171,12 +189,11 @@ def _broadcast_lookup(
     join — no shuffle and no sort of the left rows, however skewed their keys."""
     keys = [f"__k{i}" for i in range(len(left_on))]
     rkeys = [f"__rk{i}" for i in range(len(left_on))]
-    key_types = {f.name: spark_type(f.dtype) for f in r.ds.fields}
-    key_cols = [key_types[rc] for rc in r.on]
+    key_cols = _key_types(r)
     versions = _versions(r.frame, r.ds, ties)
     since, until = "__since", "__until"
     right = versions.select(
-        *[F.col(rc).cast(kt).alias(k) for k, rc, kt in zip(rkeys, r.on, key_cols, strict=True)],
+        *_keyed(rkeys, r.on, key_cols),
         F.unix_micros(F.col(r.ds.timestamp)).alias(since), F.col(SEQ),
         F.struct(F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.col(GONE),
                  *[F.col(w) for w in r.wanted]).alias(RIGHT),
@@ -186,8 +203,7 @@ def _broadcast_lookup(
     )
     kept = left.columns
     rows = left.select(
-        *[F.col(c) for c in kept],
-        *[F.col(lc).cast(kt).alias(k) for k, lc, kt in zip(keys, left_on, key_cols, strict=True)],
+        *[F.col(c) for c in kept], *_keyed(keys, left_on, key_cols),
         F.unix_micros(left_time).alias(TIME),
     )  # fmt: skip
     cond = (F.col(since) <= F.col(TIME)) & (F.col(until).isNull() | (F.col(TIME) < F.col(until)))
@@ -195,9 +211,7 @@ def _broadcast_lookup(
         cond = cond & (F.col(k) == F.col(rk))
     joined = rows.join(F.broadcast(right), cond, "left")
     h = F.col(RIGHT)
-    fresh = F.lit(True) if within_before is None else (
-        F.col(TIME) - h[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
-    ok = h.isNotNull() & ~h[GONE] & fresh
+    ok = _visible(h, within_before)
     return joined.select(
         *[F.col(c) for c in kept],
         F.when(ok, h).alias(hit(0)),
@@ -241,9 +255,7 @@ def asof_hits(
     ``last`` per dataset (each sees only its own versions). ``ties``: each dataset's number
     of (key, time) ties when known."""
     keys = [f"__k{i}" for i in range(len(left_on))]
-    first = rights[0]
-    key_types = {f.name: spark_type(f.dtype) for f in first.ds.fields}
-    key_cols = [key_types[rc] for rc in first.on]
+    key_cols = _key_types(rights[0])
     kept = left.columns
     left_type = left.select(F.struct(*kept)).schema[0].dataType
     if ties is None:
@@ -259,13 +271,13 @@ def asof_hits(
     parts = []
     for i, (r, v) in enumerate(zip(rights, versions, strict=True)):
         parts.append(v.select(
-            *[F.col(rc).cast(kt).alias(k) for k, rc, kt in zip(keys, r.on, key_cols, strict=True)],
+            *_keyed(keys, r.on, key_cols),
             F.unix_micros(F.col(r.ds.timestamp)).alias(TIME), F.lit(0).alias(SIDE), F.col(SEQ),
             F.lit(None).cast(left_type).alias(LEFT),
             *[(shapes[i] if j == i else nothing[j]).alias(f"{RIGHT}{j}") for j in range(len(rights))],
         ))  # fmt: skip
     parts.append(left.select(
-        *[F.col(lc).cast(kt).alias(k) for k, lc, kt in zip(keys, left_on, key_cols, strict=True)],
+        *_keyed(keys, left_on, key_cols),
         F.unix_micros(left_time).alias(TIME), F.lit(1).alias(SIDE), F.lit(0).cast("long").alias(SEQ),
         F.struct(*[F.col(c) for c in kept]).alias(LEFT),
         *[nothing[j].alias(f"{RIGHT}{j}") for j in range(len(rights))],
@@ -286,9 +298,7 @@ def asof_hits(
     answers: list[Column] = []
     for j in range(len(rights)):
         h = F.col(f"{HIT}{j}")
-        fresh = F.lit(True) if within_before is None else (
-            F.col(TIME) - h[TIME] <= F.lit(int(within_before) * 1_000_000))  # fmt: skip
-        ok = h.isNotNull() & ~h[GONE] & fresh
+        ok = _visible(h, within_before)
         # one ``when`` for the version, not one per field: wide datasets plan fast
         answers += [F.when(ok, h).alias(hit(j)), ok.alias(found(j))]
     return merged.where(F.col(SIDE) == 1).select(F.col(f"{LEFT}.*"), *answers)
