@@ -7,35 +7,27 @@ so two engines — or one engine's runners — use every core), stops runners of
 no longer owns or whose job was removed, and restarts runners that died. When an engine
 dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
 fencing makes the hand-over safe even if the old runner is still alive.
-
-Runners fork from a fork server that has the engine's modules loaded (``runner_context``):
-a fresh interpreter spends seconds of CPU importing them, so a runner restarted after a
-crash would spend them before it catches up again, and an engine's first start would spend
-them once per partition.
+Runners fork from a fork server with the engine loaded (``forking``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
-import multiprocessing as mp
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
-from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
-from fennel_dagster.engine import faults, metrics
+from fennel_dagster.engine import metrics
+from fennel_dagster.engine.forking import become_runner, runner_context, start_server
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.runner import run_forever, state_path
@@ -50,60 +42,6 @@ from fennel_dagster.settings import Settings
 log = logging.getLogger("fennel_dagster.engine.supervisor")
 
 Key = tuple[str, int]
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# what a runner imports, loaded once in the fork server (its children start with it)
-PRELOAD = ["fennel_dagster.engine.supervisor", "fennel_dagster.engine.jobs.factory"]
-
-
-def runner_context() -> ForkServerContext | SpawnContext:
-    """Processes for runners: forked from a single-threaded server (no inherited threads,
-    locks or clients) with ``PRELOAD`` imported; ``spawn`` where there is no fork."""
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)  # a no-op once this process's fork server runs
-    return ctx
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this runner when its supervisor dies, however it dies (Linux's parent-death
-    signal), so a restarted engine never meets orphans holding RocksDB locks. SIGKILL is
-    safe: exactly-once holds under it. Elsewhere the lease and Kafka fencing remain.
-
-    A runner forked by the fork server has that server as its parent; the server exits when
-    the supervisor does (its end of their pipe closes), so the signal still follows."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    try:
-        os.kill(parent, 0)
-    except ProcessLookupError:  # it died before the signal was armed
-        os._exit(1)
-
-
-def _leave_fork_server() -> None:
-    """Close the fork server's "alive" pipe that a forked runner inherits. The server exits
-    when every holder has closed it: were runners to keep it, a dead supervisor would leave
-    the server — their parent — alive, and the parent-death signal would never come. (The
-    attribute is CPython's own: ``multiprocessing.forkserver`` keeps the fd there.)"""
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if server is not None and fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
-
-
-def become_runner(parent: int = 0, environ: dict[str, str] | None = None) -> None:
-    """First thing in a runner process: out of the fork server's lifetime, tied to its
-    supervisor's, with the supervisor's environment as it is now (the fork server's is the
-    one of its own start)."""
-    _leave_fork_server()
-    if parent:
-        _die_with_parent(parent)
-    if environ is not None:
-        os.environ.clear()
-        os.environ.update(environ)
-        faults.arm()
 
 
 def _runner_main(
@@ -145,6 +83,7 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self._ctx = runner_context()
+        start_server(self._ctx)
         self._stop = threading.Event()
         self.outage = Outage(self.engine_id, "Postgres", log)
         self._conn = connect(self.settings, self.settings.pg_schema, autocommit=True)

@@ -14,9 +14,10 @@ import pandas as pd
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fennel_dagster.client import LocalClient
+from fennel_dagster.engine.forking import runner_context
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.runner import Runner
-from fennel_dagster.engine.supervisor import _runner_main, runner_context
+from fennel_dagster.engine.supervisor import _runner_main
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow, list_jobs
 from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable

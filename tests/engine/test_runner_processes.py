@@ -5,12 +5,15 @@ the fork server alive (`test_ride_out_faults` kills a supervisor and sees them d
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from multiprocessing.queues import Queue
 from typing import Any
 
 from fennel_dagster.engine import faults
-from fennel_dagster.engine.supervisor import become_runner, runner_context
+from fennel_dagster.engine.forking import become_runner, runner_context
+from tests.engine.chaos import pid_alive
 
 
 def _report(out: Queue[Any], environ: dict[str, str]) -> None:
@@ -45,3 +48,41 @@ def test_a_runner_sees_its_supervisors_environment_of_now_and_leaves_the_fork_se
     (mark, armed, _), _ = _started(ctx, {k: v for k, v in os.environ.items()
                                          if k != "FENNEL_ENGINE_CRASH"})  # fmt: skip
     assert mark is None and armed == {}
+
+
+_SERVER_FROM_A_THREAD = """
+import threading, time
+from multiprocessing import forkserver
+from fennel_dagster.engine.forking import runner_context, start_server
+
+def start():
+    ctx = runner_context()
+    start_server(ctx)
+    p = ctx.Process(target=int)  # served: the server has run its preloads
+    p.start()
+    p.join()
+    print(forkserver._forkserver._forkserver_pid, flush=True)
+
+t = threading.Thread(target=start)
+t.start()
+t.join()  # the thread that started the fork server ends; this process lives on
+time.sleep(60)
+"""
+
+
+def test_the_fork_server_dies_with_the_thread_that_started_it() -> None:
+    # the kernel's parent-death signal, armed by the server's first preload: no Python in
+    # the server has to notice (a supervisor SIGKILLed ends its main thread the same way)
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER_FROM_A_THREAD],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        server = int(proc.stdout.readline())
+        deadline = time.monotonic() + 30
+        while pid_alive(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(server), "the fork server outlived the thread that started it"
+        assert proc.poll() is None  # the process itself is alive
+    finally:
+        proc.kill()
+        proc.wait(10)
