@@ -25,6 +25,7 @@ from fennel_dagster.ops.columns import positional
 from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import to_records, typed_columns
 from fennel_dagster.query.lookup import LookupFailed
+from fennel_dagster.wire import spec
 
 if TYPE_CHECKING:  # aiohttp loads only where lookups run async (the query server)
     import aiohttp
@@ -127,8 +128,8 @@ class EngineLookups:
             replies = [ask(a) for a in asks]
         else:
             replies = list(self.fanout.map(ask, asks))
-        got, found = self._assemble(job, key_recs, asks, replies, fields)
-        return pd.DataFrame(got), found
+        rows, found = _records(job, key_recs, asks, replies, fields)
+        return pd.DataFrame(typed_columns(rows, _wanted(job, fields))), pd.Series(found, dtype=bool)
 
     async def lookup_async(
         self,
@@ -159,6 +160,17 @@ class EngineLookups:
     ) -> list[tuple[dict[str, pd.Series], pd.Series]]:
         """Several lookups at once (a query's datasets): the requests each engine gets from
         all of them travel in one HTTP request (``POST /lookups``), all engines at once."""
+        answers = await self.lookup_many_records(wants)
+        return [
+            (typed_columns(rows, _wanted(w.job, w.fields)), pd.Series(found, dtype=bool))
+            for w, (rows, found) in zip(wants, answers, strict=True)
+        ]
+
+    async def lookup_many_records(
+        self, wants: list[Want]
+    ) -> list[tuple[list[dict[str, Any]], list[bool]]]:
+        """``lookup_many_async`` answered as JSON records of the wanted fields (the keys
+        asked for, found or not) and found flags: no frames, for a server's small queries."""
         if self.session is None:
             raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
         import aiohttp
@@ -201,8 +213,7 @@ class EngineLookups:
             for (n, a), reply in zip(sent, answers, strict=True):
                 replies.setdefault(n, {})[a.partition] = reply
         return [
-            self._assemble(w.job, w.keys, group, [replies[n][a.partition] for a in group],
-                           w.fields)
+            _records(w.job, w.keys, group, [replies[n][a.partition] for a in group], w.fields)
             for n, (w, group) in enumerate(zip(wants, asks, strict=True))
         ]  # fmt: skip
 
@@ -258,21 +269,27 @@ class EngineLookups:
             raise LookupFailed(f"lookup of {name}: {reply.get('error', status)}")
         return reply
 
-    def _assemble(
-        self,
-        job: JobRow,
-        key_recs: list[dict[str, Any]],
-        asks: list[_Ask],
-        replies: list[dict[str, Any]],
-        fields: list[str] | None,
-    ) -> tuple[dict[str, pd.Series], pd.Series]:
-        rows: list[dict[str, Any]] = [{} for _ in key_recs]
-        found = [False] * len(key_recs)
-        for a, reply in zip(asks, replies, strict=True):
-            for i, r, f in zip(a.rows, reply["rows"], reply["found"], strict=True):
-                rows[i], found[i] = r, f
-        wanted = [f for f in job.spec.dataset.fields if fields is None or f.name in fields]
-        for i, rec in enumerate(rows):
-            if not rec:  # the partition has no state yet
-                rows[i] = {**{f.name: None for f in wanted}, **key_recs[i]}
-        return typed_columns(rows, wanted), pd.Series(found, dtype=bool)
+
+def _wanted(job: JobRow, fields: list[str] | None) -> list[spec.FieldSpec]:
+    return [f for f in job.spec.dataset.fields if fields is None or f.name in fields]
+
+
+def _records(
+    job: JobRow,
+    key_recs: list[dict[str, Any]],
+    asks: list[_Ask],
+    replies: list[dict[str, Any]],
+    fields: list[str] | None,
+) -> tuple[list[dict[str, Any]], list[bool]]:
+    """The engines' rows in the order of ``key_recs``; a key whose partition has no state
+    yet is a row of nulls with the key asked for."""
+    rows: list[dict[str, Any]] = [{} for _ in key_recs]
+    found = [False] * len(key_recs)
+    for a, reply in zip(asks, replies, strict=True):
+        for i, r, f in zip(a.rows, reply["rows"], reply["found"], strict=True):
+            rows[i], found[i] = r, f
+    names = [f.name for f in _wanted(job, fields)]
+    for i, rec in enumerate(rows):
+        if not rec:
+            rows[i] = {**dict.fromkeys(names), **key_recs[i]}
+    return rows, found

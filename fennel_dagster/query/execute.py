@@ -96,18 +96,12 @@ class QueryExecutor:
     def prefetches(self, plan: QueryPlan, inputs: Sequence[str]) -> dict[LookupKey, list[str]]:
         """Lookups keyed by query inputs, one per (dataset, key inputs) with all their
         fields: a featureset of five lookups of one dataset asks it once."""
-        groups: dict[LookupKey, list[str]] = {}
-        for ex in plan.steps:
-            if _keyed_by_inputs(ex, inputs):
-                fields = groups.setdefault((ex.lookup_dataset, ex.inputs), [])  # type: ignore[arg-type]
-                if ex.lookup_field not in fields:
-                    fields.append(ex.lookup_field)  # type: ignore[arg-type]
-        return groups
+        return prefetches(plan, inputs)
 
     def all_prefetched(self, plan: QueryPlan, inputs: Sequence[str]) -> bool:
         """Whether ``prefetches`` holds every lookup of the plan (none keyed by a feature an
         extractor computes first)."""
-        return all(_keyed_by_inputs(ex, inputs) for ex in plan.steps if ex.kind == "lookup")
+        return all_prefetched(plan, inputs)
 
     def lookup_keys(self, key: LookupKey, columns: Mapping[str, pd.Series]) -> pd.DataFrame:
         """The keys frame of a lookup: the dataset's key fields from the inputs that key it."""
@@ -163,8 +157,10 @@ class QueryExecutor:
             df, found = got
             col = df[field]
             hit = found.to_numpy(dtype=bool)
-            if not hit.all():
-                col = col.astype(object).where(hit, None)
+            if not hit.all():  # nulls where not found; an Int64 keeps its type (exact
+                # ints: through object and ``infer_objects`` they became floats, 2**53 + 1 lost)
+                masked = isinstance(col.dtype, pd.api.extensions.ExtensionDtype)
+                col = col.where(hit) if masked else col.astype(object).where(hit, None)
             feat = dtypes[ex.outputs[0]]
             default = ex.default if ex.default is not None else feat.default
             if default is not None and col.isna().any():
@@ -195,6 +191,22 @@ class QueryExecutor:
                 f"expected {rows} rows with columns {list(ex.outputs)}"
             )
         return {o: astype(result[o].reset_index(drop=True), dtypes[o].dtype) for o in ex.outputs}
+
+
+def prefetches(plan: QueryPlan, inputs: Sequence[str]) -> dict[LookupKey, list[str]]:
+    """``QueryExecutor.prefetches``."""
+    groups: dict[LookupKey, list[str]] = {}
+    for ex in plan.steps:
+        if _keyed_by_inputs(ex, inputs):
+            fields = groups.setdefault((ex.lookup_dataset, ex.inputs), [])  # type: ignore[arg-type]
+            if ex.lookup_field not in fields:
+                fields.append(ex.lookup_field)  # type: ignore[arg-type]
+    return groups
+
+
+def all_prefetched(plan: QueryPlan, inputs: Sequence[str]) -> bool:
+    """``QueryExecutor.all_prefetched``."""
+    return all(_keyed_by_inputs(ex, inputs) for ex in plan.steps if ex.kind == "lookup")
 
 
 def _keyed_by_inputs(ex: spec.ExtractorSpec, inputs: Sequence[str]) -> bool:

@@ -7,12 +7,14 @@ type of its feature or field, and a misfit is a ``BadRequest`` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
 
 from fennel_dagster.errors import QueryError
+from fennel_dagster.ops.keys import micros_of
 from fennel_dagster.ops.rows import base_type, json_column, json_value, typed_series
 from fennel_dagster.wire import spec
 
@@ -98,6 +100,37 @@ def frame(
     if unknown:
         raise BadRequest(f"{what}: unknown column(s) {', '.join(unknown)}")
     return pd.DataFrame({c: typed_column(v, types[c], c) for c, v in data.items()})
+
+
+def json_inputs(
+    data: Mapping[str, list[Any]],
+    types: Mapping[str, spec.DType],
+    casts: Mapping[str, Callable[[Any], Any]],
+    what: str,
+) -> dict[str, list[Any]]:
+    """``frame``'s checks and messages without the frame, for columns of the JSON-native
+    types ``casts`` covers: each value as JSON of its declared type (an int given for a
+    float, a float)."""
+    unknown = [c for c in data if c not in types]
+    if unknown:
+        raise BadRequest(f"{what}: unknown column(s) {', '.join(unknown)}")
+    out = {}
+    for c, values in data.items():
+        dtype = types[c]
+        try:
+            _check(values, base_type(dtype), dtype)
+        except BadRequest as e:
+            raise BadRequest(f"{c}: {e}") from None
+        cast = casts[c]
+        out[c] = [cast(v) for v in values]
+    return out
+
+
+def timestamp_micros(values: Any, n: int, what: str) -> list[int]:
+    """``timestamps`` as µs since the epoch."""
+    if values is None:
+        return [time.time_ns() // 1000] * n
+    return micros_of(timestamps(values, n, what))
 
 
 def timestamps(values: Any, n: int, what: str) -> pd.Series:

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NewType
 
-import pandas as pd
 import strawberry
 from strawberry.extensions import (
     MaxAliasesLimiter,
@@ -36,7 +35,7 @@ from fennel_dagster.ops.rows import base_type, json_value
 from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.serve import frames
 from fennel_dagster.serve.auth import Principal, entities_of
-from fennel_dagster.serve.frames import BadRequest, columns, frame, timestamps, to_json_columns
+from fennel_dagster.serve.frames import BadRequest, columns, frame, to_json_columns
 from fennel_dagster.serve.queries import explain
 from fennel_dagster.serve.server import Server
 from fennel_dagster.serve.state import BranchGraph
@@ -231,10 +230,8 @@ class SchemaBuilder:
             values: dict[str, Any] = {}
             if outputs:
                 plan = ctx.server.runner.plan(ctx.graph, list(inputs), outputs)
-                df = await _run(ctx, plan, {k: [v] for k, v in inputs.items()}, None)
-                values = {
-                    c.split(".", 1)[1]: _gql_value(df[c].iloc[0], types[c]) for c in df.columns
-                }
+                got = await _run(ctx, plan, {k: [v] for k, v in inputs.items()}, None)
+                values = {c.split(".", 1)[1]: _gql_value(v[0], types[c]) for c, v in got.items()}
             for feature, v in inputs.items():
                 if feature.startswith(f"{fs.name}."):
                     values[feature.split(".", 1)[1]] = v
@@ -268,19 +265,18 @@ def strawberry_name(name: str) -> str:
 
 async def _run(
     ctx: Context, plan: QueryPlan, data: dict[str, list[Any]], ts: list[str] | None
-) -> pd.DataFrame:
+) -> dict[str, list[Any]]:
     ctx.principal.require_entities(entities_of(plan))
     ctx.touched.update(o.split(".", 1)[0] for o in plan.outputs)
     types = ctx.server.feature_types(ctx.graph)
     missing = [i for i in plan.inputs if i not in data]
     if missing:
         raise BadRequest(f"missing input(s) {', '.join(missing)}")
-    df = frame({i: data[i] for i in plan.inputs}, types, "inputs")
-    stamps = timestamps(ts, len(df), "timestamps")
     state = ctx.server.state
-    return await ctx.server.runner.run(
-        ctx.graph, plan, df, stamps, state.routes, state.service_secret
-    )
+    return await ctx.server.runner.run_json(
+        ctx.graph, plan, {i: data[i] for i in plan.inputs}, ts, types, state.routes,
+        state.service_secret, "inputs",
+    )  # fmt: skip
 
 
 async def _query(info: Info, inputs: list[str], outputs: list[str], data: JSON,
@@ -288,8 +284,7 @@ async def _query(info: Info, inputs: list[str], outputs: list[str], data: JSON,
     """Any features for many rows: ``data`` is {feature: [values]} or a list of rows."""
     ctx: Context = info.context
     plan = ctx.server.runner.plan(ctx.graph, inputs, outputs)
-    df = await _run(ctx, plan, columns(data, "data"), timestamps)
-    return JSON(to_json_columns(df))
+    return JSON(await _run(ctx, plan, columns(data, "data"), timestamps))
 
 
 async def _lookup(info: Info, dataset: str, keys: JSON, fields: list[str] | None = None,

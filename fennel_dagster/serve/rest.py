@@ -78,12 +78,10 @@ async def query(request: Request) -> Response:
     if missing:
         raise BadRequest(f"data: missing input column(s) {', '.join(missing)}")
     types = server.feature_types(graph)
-    df = frame({i: data[i] for i in plan.inputs}, types, "data")
-    ts = timestamps(body.get("timestamps"), len(df), "timestamps")
-    out = await server.runner.run(
-        graph, plan, df, ts, server.state.routes, server.state.service_secret
-    )
-    payload: Any = to_json_columns(out)
+    payload: Any = await server.runner.run_json(
+        graph, plan, {i: data[i] for i in plan.inputs}, body.get("timestamps"), types,
+        server.state.routes, server.state.service_secret,
+    )  # fmt: skip
     if request.query_params.get("typed") == "true":
         payload = {"data": payload, "types": {o: codec.to_jsonable(types[o]) for o in plan.outputs}}
     return JSON(payload)
