@@ -48,13 +48,18 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from fennel_dagster.engine.lookup_client import ENGINE_KEEPALIVE_S
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("fennel_dagster.serve.requests").setLevel(logging.WARNING)
     s = get_settings()
     host, port = args.host or s.host, args.port or s.serve_port
     print(f"query server on http://{host}:{port} (GraphQL at /graphql)", flush=True)
+    # idle connections kept longer than clients keep theirs (httpx: 5 s), so a client seldom
+    # reuses one the server is closing
     options: dict[str, Any] = dict(host=host, port=port, loop="uvloop", http="httptools",
-                                   log_level="warning", access_log=False)  # fmt: skip
+                                   log_level="warning", access_log=False,
+                                   timeout_keep_alive=ENGINE_KEEPALIVE_S)  # fmt: skip
     if args.workers <= 1:
         from fennel_dagster.serve.app import build_app
 

@@ -33,6 +33,32 @@ if TYPE_CHECKING:  # aiohttp loads only where lookups run async (the query serve
 SERVICE_HEADER = "X-Fennel-Service"
 
 
+ENGINE_KEEPALIVE_S = 75  # how long an engine keeps an idle connection open
+CLIENT_KEEPALIVE_S = 30  # how long callers keep one: less, so they seldom reuse a closing one
+
+
+async def post_kept_alive(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout,
+) -> tuple[int, bytes]:
+    """POST a lookup over the session's kept-alive connections. A connection the engine
+    closed just as it was reused fails at once (no answer was sent): the lookup, a read, is
+    sent once more on a new connection rather than failed as the engine being down."""
+    import aiohttp
+
+    for attempt in (1, 2):
+        try:
+            async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+                return resp.status, await resp.read()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 class EngineUnavailable(LookupFailed):
     """A key's partition has no live engine: fail fast, the caller retries."""
 
@@ -187,9 +213,9 @@ class EngineLookups:
         async def post(address: str, path: str, body: bytes, first: tuple[int, _Ask]) -> Any:
             job = wants[first[0]].job
             try:
-                async with session.post(f"http://{address}{path}", data=body,
-                                        headers=self._headers(), timeout=limit) as resp:  # fmt: skip
-                    return resp.status, await resp.read()
+                return await post_kept_alive(
+                    session, f"http://{address}{path}", body, self._headers(), limit
+                )
             except (aiohttp.ClientError, TimeoutError) as e:
                 raise self._unreachable(job, first[1], e) from e
 

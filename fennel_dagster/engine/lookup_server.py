@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from fennel_dagster.engine import metrics
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.lookup_client import SERVICE_HEADER
+from fennel_dagster.engine.lookup_client import ENGINE_KEEPALIVE_S, SERVICE_HEADER
 from fennel_dagster.engine.lookups import answer_records
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.query.lookup import LookupFailed
@@ -105,7 +105,8 @@ class LookupEndpoint:
         self.sock.bind((host, port))
         self.server_address: tuple[str, int] = self.sock.getsockname()
         config = uvicorn.Config(app, http="httptools", loop="uvloop", lifespan="off",
-                                log_level="warning", access_log=False)  # fmt: skip
+                                log_level="warning", access_log=False,
+                                timeout_keep_alive=ENGINE_KEEPALIVE_S)  # fmt: skip
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]},
                                         name="lookup-server", daemon=True)  # fmt: skip

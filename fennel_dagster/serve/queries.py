@@ -23,7 +23,7 @@ from prometheus_client import Histogram
 
 from fennel_dagster.commit import branches
 from fennel_dagster.declare.lookup import LookupProvider
-from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want
+from fennel_dagster.engine.lookup_client import CLIENT_KEEPALIVE_S, EngineLookups, Routes, Want
 from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
@@ -124,7 +124,7 @@ class QueryRunner:
 
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=60)
+                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=CLIENT_KEEPALIVE_S)
             )
         return self._session
 
