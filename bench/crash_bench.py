@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.stream_bench import T0, Engine, baseline_checkout, commit_repo, pct, probe
 from fennel_dagster.client import LocalClient
 from fennel_dagster.settings import Settings, get_settings
+from fennel_dagster.stack import proctree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,25 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def runner_pids(root: int) -> list[int]:
     """Runner processes under an engine: the leaves of its process tree, less
     multiprocessing's own helpers (the resource tracker, a fork server between runners)."""
-    parent_of: dict[int, int] = {}
-    for st in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent_of[int(st.parent.name)] = int(st.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError):
-            continue
-    tree, frontier = set(), {root}
-    while frontier:
-        frontier = {p for p, parent in parent_of.items() if parent in frontier}
-        tree |= frontier
-    parents = {parent_of[p] for p in tree}
+    procs = proctree.table()
+    tree = proctree.descendants(root, procs)
+    parents = {procs[p].ppid for p in tree if p in procs}
     out = []
-    for p in sorted(tree - parents):
-        try:
-            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
-        except OSError:
-            continue
-        server = parent_of[p] == root and b"forkserver" in cmd  # idle: no runner yet
-        if b"resource_tracker" not in cmd and not server:
+    for p in tree:
+        cmd = proctree.cmdline(p)
+        server = p in procs and procs[p].ppid == root and b"forkserver" in cmd  # no runner yet
+        if p not in parents and cmd and b"resource_tracker" not in cmd and not server:
             out.append(p)
     return out
 

@@ -205,7 +205,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants, from /proc."""
+    """Resident bytes of ``pid`` and all its descendants, from /proc. (``stack.proctree``
+    has the same; this script runs in Feast's venv, where ``fennel_dagster`` cannot load.)"""
     kids: dict[int, list[int]] = {}
     for st in Path("/proc").glob("[0-9]*/stat"):
         try:

@@ -53,6 +53,7 @@ import pandas as pd
 from bench.query_feast import FEATURES, FeastRepo, FeastServer, ensure_venv, write_data
 from bench.query_ours import Ours, end_process, free_port
 from fennel_dagster.settings import get_settings
+from fennel_dagster.stack.proctree import tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("results") / "query.md"
@@ -91,28 +92,6 @@ def cpu_model() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or "?"
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process tree: every live member's own time plus the time of the
-    children it has reaped (gunicorn recycles its workers: their CPU must not vanish)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    kids: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for st in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            f = st.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        stats[int(st.parent.name)] = f
-        kids.setdefault(int(f[1]), []).append(int(st.parent.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        if p in stats:
-            total += sum(int(x) for x in stats[p][11:15]) / tick  # utime stime cutime cstime
-        todo += kids.get(p, [])
-    return total
 
 
 def busy_jiffies() -> float:

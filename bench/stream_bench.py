@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings, get_settings
+from fennel_dagster.stack import proctree
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -89,25 +90,8 @@ def count_committed(s: Settings, topic: str, n: int, timeout: float) -> float:
 
 
 def tree_cpu(pid: int) -> float:
-    """CPU seconds of a live process tree (children included), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    kids: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for st in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            f = st.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, IndexError, ProcessLookupError):
-            continue
-        stats[int(st.parent.name)] = f
-        kids.setdefault(int(f[1]), []).append(int(st.parent.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        if p in stats:
-            f = stats[p]
-            total += (int(f[11]) + int(f[12])) / tick
-        todo += kids.get(p, [])
-    return total
+    """CPU seconds of a live process tree (children included; not what they reaped)."""
+    return proctree.tree_cpu(pid, reaped=False)
 
 
 QUIX_PYTHON = ROOT / "bench" / ".work" / "quix-venv" / "bin" / "python"

@@ -24,14 +24,17 @@ def _parse(raw: str) -> dict[str, float]:
     return out
 
 
-_ARMED = _parse(os.environ.get("FENNEL_ENGINE_CRASH", ""))
+_ARMED: dict[str, float] = {}
 
 
 def arm() -> None:
-    """Read ``FENNEL_ENGINE_CRASH`` again: a forked runner's environment is its supervisor's
-    at the fork, not the one this module was imported with."""
+    """Read ``FENNEL_ENGINE_CRASH`` (at import, and again in a forked runner: its environment
+    is its supervisor's at the fork, not the one this module was imported with)."""
     global _ARMED
     _ARMED = _parse(os.environ.get("FENNEL_ENGINE_CRASH", ""))
+
+
+arm()
 
 
 def maybe_crash(point: str) -> None:

@@ -32,6 +32,7 @@ from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings, get_settings
+from fennel_dagster.stack import proctree
 from tests.commit_protocol.invariants import assert_invariants
 from tests.engine import repo
 from tests.engine.chaos import pid_alive
@@ -149,24 +150,6 @@ def _metric(sup: Supervisor, name: str) -> float:
     raise AssertionError(f"{name} of {sup.engine_id} not in /metrics:\n{text[:2000]}")
 
 
-def _descendants(pid: int) -> list[int]:
-    """Processes under ``pid``: its children and theirs (runners are the fork server's
-    children). Read from /proc: Linux, like the engine's guard."""
-    parent_of = {}
-    for stat in os.listdir("/proc"):
-        if stat.isdigit():
-            try:
-                fields = open(f"/proc/{stat}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parent_of[int(stat)] = int(fields[1])
-    out, frontier = [], {pid}
-    while frontier:
-        frontier = {p for p, parent in parent_of.items() if parent in frontier}
-        out += sorted(frontier)
-    return out
-
-
 def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     engine_settings: Settings, tmp_path: Path
 ) -> None:
@@ -194,7 +177,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
                 except Exception as e:  # noqa: BLE001
                     got = e
             raise AssertionError(f"{got!r}\n" + Path(log).read_text()[-1500:]) from None
-        runners = _descendants(engine.pid)
+        runners = proctree.descendants(engine.pid)
         assert len(runners) >= 5, runners  # the runner processes and the fork server
         engine.send_signal(signal.SIGKILL)
         engine.wait(10)

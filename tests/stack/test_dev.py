@@ -13,27 +13,12 @@ from pathlib import Path
 import pytest
 
 from fennel_dagster.settings import Settings
+from fennel_dagster.stack import proctree
 from fennel_dagster.stack.process import port_open, wait_for
 
 pytestmark = pytest.mark.services
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -53,7 +38,7 @@ def test_dev_serves_the_ui_and_stops_with_all_children_on_signal(
         assert wait_for(lambda: port_open(live_stack.host, port), 180, interval=1.0)
         url = f"http://{live_stack.host}:{port}/server_info"
         assert wait_for(lambda: urllib.request.urlopen(url, timeout=5).status == 200, 60)
-        family = _descendants(proc.pid) | {proc.pid}
+        family = {*proctree.descendants(proc.pid), proc.pid}
         assert len(family) >= 3  # dev, dagster dev, webserver, daemon, code server
         time.sleep(1)
         proc.send_signal(sig)
