@@ -12,3 +12,12 @@ def freeze_startup_heap() -> None:
     lookup is running. Call it when start-up is done, before serving."""
     gc.collect()
     gc.freeze()
+
+
+def freeze_built() -> None:
+    """``gc.freeze()`` without the collection, for what a serving process builds to keep
+    after start-up (a branch's graph on reload, a GraphQL schema): else each full collection
+    walks it again, a 55 ms pause in the query server here (measured by a collector callback
+    under load). Cyclic garbage alive at that moment stays: a small price, as reloads are
+    rare; a collection now would be the very pause this avoids."""
+    gc.freeze()

@@ -223,6 +223,7 @@ class Supervisor:
             self.metrics_dir,
         )  # fmt: skip
         self.address = f"{self.settings.host}:{self.server.server_address[1]}"
+        freeze_startup_heap()  # this process answers lookups from now on
 
     def serve(self) -> None:
         """Poll until ``stop()`` (or SIGTERM/SIGINT in the CLI), then stop every runner."""

@@ -31,6 +31,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import Info
 from strawberry.types.scalar import ScalarDefinition
 
+from fennel_dagster.heap import freeze_built
 from fennel_dagster.ops.rows import base_type, json_value
 from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.serve import frames
@@ -348,6 +349,7 @@ class Schemas:
             if len(self._cache) > 256:
                 self._cache.clear()
             self._cache[key] = found
+            freeze_built()
         return found
 
 

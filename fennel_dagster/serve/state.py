@@ -21,6 +21,7 @@ import psycopg
 from fennel_dagster.engine import lookups
 from fennel_dagster.engine.lookup_client import Routes, load_routes
 from fennel_dagster.engine.outage import Outage
+from fennel_dagster.heap import freeze_built
 from fennel_dagster.metadata import commits, registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -123,6 +124,7 @@ class ServingState:
                 graphs[name] = BranchGraph(name, head, commit, jobs)
             self.graphs = graphs
             self.generation += 1
+        freeze_built()
         self._reload_routes(conn)
 
     def _reload_routes(self, conn: psycopg.Connection) -> None:
