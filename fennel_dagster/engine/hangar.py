@@ -181,6 +181,18 @@ class Hangar:
             yield key, it.value()
             it.next()
 
+    def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        fam = self._family(namespace)
+        if fam is None:
+            return None
+        it = fam.iter()
+        it.seek_for_prev(end)
+        if it.valid() and it.key() >= end:  # seek_for_prev stops at ``end`` itself
+            it.prev()
+        if not it.valid() or it.key() < start:
+            return None
+        return it.key(), it.value()
+
     # ------------------------------------------------------------------ writes
 
     def apply(

@@ -46,9 +46,7 @@ def _asof(
 ) -> dict[str, Any] | None:
     prefix = key_prefix(key)
     end = entry_key(key, t_micros, 2**64 - 1)
-    last: tuple[bytes, bytes] | None = None
-    for item in state.scan(ns, prefix, end):
-        last = item
+    last = state.last(ns, prefix, end)
     if last is None:
         return None
     stamp, _ = split_entry(last[0])

@@ -28,6 +28,11 @@ class StateReader(Protocol):
         """Key-ordered pairs with ``start <= key < end`` (``end=None``: to the namespace's end)."""
         ...
 
+    def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        """The pair with the greatest key in ``[start, end)``, found with one seek (an as-of
+        read of a key with a long history must not walk it)."""
+        ...
+
 
 @dataclass
 class WriteBatch:
@@ -93,6 +98,12 @@ class OverlayReader:
                     merged[key] = value
         yield from sorted(merged.items())
 
+    def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        found = None
+        for item in self.scan(namespace, start, end):  # pending deletes may hide the base's
+            found = item
+        return found
+
 
 _MISSING = object()
 
@@ -123,6 +134,13 @@ class MemoryState:
         stop = len(order) if end is None else bisect.bisect_left(order, end)
         for key in order[i:stop]:
             yield key, ns[key]
+
+    def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        order = self._order.get(namespace, [])
+        i = bisect.bisect_left(order, end) - 1
+        if i < 0 or order[i] < start:
+            return None
+        return order[i], self._data[namespace][order[i]]
 
     def apply(self, batch: WriteBatch) -> None:
         for ns, key, value in batch.items():

@@ -273,6 +273,10 @@ class Counting:
             self.entries += 1
             yield item
 
+    def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        self.entries += 1
+        return self.base.last(namespace, start, end)
+
 
 def reads_for_lookup(duration: int | None, history_minutes: int) -> int:
     A = spec.AggSpec  # noqa: N806
