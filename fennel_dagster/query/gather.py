@@ -33,34 +33,27 @@ class Unfit(QueryError, TypeError):
     caller runs the plan on the executor instead."""
 
 
-def _int(v: Any) -> Any:
-    if v is None or type(v) is int:
-        return v
-    raise Unfit(f"not an int: {v!r}")
+def _exactly(kind: type) -> Caster:
+    """Values already of ``kind`` (or null) pass; anything else is ``Unfit``."""
+
+    def cast(v: Any) -> Any:
+        if v is None or type(v) is kind:
+            return v
+        raise Unfit(f"not a {kind.__name__}: {v!r}")
+
+    return cast
+
+
+_as_float = _exactly(float)
 
 
 def _float(v: Any) -> Any:
-    if v is None or type(v) is float:
-        return v
-    if type(v) is int:
-        return float(v)
-    raise Unfit(f"not a float: {v!r}")
-
-
-def _bool(v: Any) -> Any:
-    if v is None or type(v) is bool:
-        return v
-    raise Unfit(f"not a bool: {v!r}")
-
-
-def _str(v: Any) -> Any:
-    if v is None or type(v) is str:
-        return v
-    raise Unfit(f"not a str: {v!r}")
+    return float(v) if type(v) is int else _as_float(v)
 
 
 _CASTERS: dict[type, Caster] = {
-    spec.IntType: _int, spec.FloatType: _float, spec.BoolType: _bool, spec.StringType: _str,
+    spec.IntType: _exactly(int), spec.FloatType: _float, spec.BoolType: _exactly(bool),
+    spec.StringType: _exactly(str),
 }  # fmt: skip
 
 
