@@ -8,6 +8,7 @@ project's workspace, from DAGSTER_HOME: so the instance is the stack's, and a ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
                             stderr=subprocess.STDOUT if out else None)  # fmt: skip
 
     def forward(signum: int, _frame: object) -> None:
+        # queued engine runs first: else the run queue may dequeue one while dg dev shuts
+        # down, and fail it ("Location fennel_dagster does not exist in workspace")
+        with contextlib.suppress(Exception):
+            close_engine_runs(settings, env["DAGSTER_HOME"], queued_only=True)
         proc.send_signal(signal.SIGINT)  # dagster dev shuts its children down on SIGINT
 
     signal.signal(signal.SIGINT, forward)
@@ -80,14 +85,17 @@ def run(args: argparse.Namespace) -> int:
         close_engine_runs(settings, env["DAGSTER_HOME"])
 
 
-def close_engine_runs(settings: Settings, dagster_home: str) -> None:
+def close_engine_runs(settings: Settings, dagster_home: str, queued_only: bool = False) -> None:
     """The engine runs ended with this session: say so in the instance, so none stays
-    "started" (holding its partition's slot) until the next keep-alive tick notices."""
+    "started" (holding its partition's slot) until the next keep-alive tick notices.
+    ``queued_only``: those not launched yet, before the session stops."""
     from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
     from dagster._core.instance.ref import InstanceRef
 
     live = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
             DagsterRunStatus.STARTED]  # fmt: skip
+    if queued_only:
+        live = [DagsterRunStatus.QUEUED]
     with DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
         for run in instance.get_runs(filters=RunsFilter(
             job_name=keepalive.ENGINE_JOB, statuses=live,
