@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import orjson
@@ -19,6 +19,7 @@ import pandas as pd
 import psycopg
 
 from fennel_dagster.engine import lookups
+from fennel_dagster.engine.lookup_pool import LookupPool
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.columns import positional
@@ -27,36 +28,8 @@ from fennel_dagster.ops.rows import to_records, typed_columns
 from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.wire import spec
 
-if TYPE_CHECKING:  # aiohttp loads only where lookups run async (the query server)
-    import aiohttp
-
 SERVICE_HEADER = "X-Fennel-Service"
-
-
-ENGINE_KEEPALIVE_S = 75  # how long an engine keeps an idle connection open
-CLIENT_KEEPALIVE_S = 30  # how long callers keep one: less, so they seldom reuse a closing one
-
-
-async def post_kept_alive(
-    session: aiohttp.ClientSession,
-    url: str,
-    body: bytes,
-    headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout,
-) -> tuple[int, bytes]:
-    """POST a lookup over the session's kept-alive connections. A connection the engine
-    closed just as it was reused fails at once (no answer was sent): the lookup, a read, is
-    sent once more on a new connection rather than failed as the engine being down."""
-    import aiohttp
-
-    for attempt in (1, 2):
-        try:
-            async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
-                return resp.status, await resp.read()
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+ENGINE_KEEPALIVE_S = 75  # how long an engine keeps an idle connection open (callers: less)
 
 
 class EngineUnavailable(LookupFailed):
@@ -113,7 +86,7 @@ class _Ask:
 class EngineLookups:
     """Lookups of one serving job's dataset at the engines that own its partitions, from a
     thread (``lookup``, over ``http``) or from the event loop (``lookup_async``, over
-    ``session``: no thread waits on an engine)."""
+    ``pool``: no thread waits on an engine)."""
 
     def __init__(
         self,
@@ -122,10 +95,10 @@ class EngineLookups:
         http: httpx.Client | None = None,
         fanout: ThreadPoolExecutor | None = None,
         timeout: float = 5.0,
-        session: aiohttp.ClientSession | None = None,
+        pool: LookupPool | None = None,
     ) -> None:
         self.routes, self.secret = routes, secret
-        self.http, self.fanout, self.timeout, self.session = http, fanout, timeout, session
+        self.http, self.fanout, self.timeout, self.pool = http, fanout, timeout, pool
         self.calls = 0  # HTTP requests made to engines (a plan's lookup fan-out)
 
     def lookup(
@@ -197,12 +170,11 @@ class EngineLookups:
     ) -> list[tuple[list[dict[str, Any]], list[bool]]]:
         """``lookup_many_async`` answered as JSON records of the wanted fields (the keys
         asked for, found or not) and found flags: no frames, for a server's small queries."""
-        if self.session is None:
-            raise RuntimeError("EngineLookups.lookup_async needs an aiohttp session (session=)")
-        import aiohttp
-
-        session = self.session
-        limit = aiohttp.ClientTimeout(total=self.timeout)
+        if self.pool is None:
+            raise RuntimeError("EngineLookups.lookup_async needs a LookupPool (pool=)")
+        pool = self.pool
+        credential = f"{SERVICE_HEADER}: {self.secret}\r\n".encode()
+        headers = credential + b"Content-Type: application/json\r\n"
         asks = [self._asks(w.job, w.keys, w.stamps_us, w.fields) for w in wants]
         by_address: dict[str, list[tuple[int, _Ask]]] = {}
         for n, group in enumerate(asks):
@@ -213,10 +185,8 @@ class EngineLookups:
         async def post(address: str, path: str, body: bytes, first: tuple[int, _Ask]) -> Any:
             job = wants[first[0]].job
             try:
-                return await post_kept_alive(
-                    session, f"http://{address}{path}", body, self._headers(), limit
-                )
-            except (aiohttp.ClientError, TimeoutError) as e:
+                return await pool.post(address, path, body, headers, self.timeout)
+            except (OSError, TimeoutError) as e:  # refused, reset, closed, no answer in time
                 raise self._unreachable(job, first[1], e) from e
 
         async def ask(address: str, group: list[tuple[int, _Ask]]) -> list[dict[str, Any]]:

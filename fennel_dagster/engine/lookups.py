@@ -39,6 +39,8 @@ def partitions_of(job: JobRow, keys: pd.DataFrame) -> list[int]:
 
 def partitions_of_records(job: JobRow, keys: Sequence[dict[str, Any]]) -> list[int]:
     """The partition of each key record (JSON values of the dataset's key fields)."""
+    if job.partitions == 1:  # every key is in partition 0: no key to encode and hash
+        return [0] * len(keys)
     names = job.spec.dataset.keys
     return [partition_for(key_bytes([r[k] for k in names]), job.partitions) for r in keys]
 

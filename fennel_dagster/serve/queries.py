@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -23,7 +23,8 @@ from prometheus_client import Histogram
 
 from fennel_dagster.commit import branches
 from fennel_dagster.declare.lookup import LookupProvider
-from fennel_dagster.engine.lookup_client import CLIENT_KEEPALIVE_S, EngineLookups, Routes, Want
+from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want
+from fennel_dagster.engine.lookup_pool import LookupPool
 from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
@@ -37,9 +38,6 @@ from fennel_dagster.serve import frames
 from fennel_dagster.serve.state import BranchGraph
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import spec
-
-if TYPE_CHECKING:  # aiohttp loads with the first session: Dagster's asset SDL needs none
-    import aiohttp
 
 STEP_SECONDS = Histogram(
     "fennel_query_plan_seconds", "Time to execute a query plan, by where it ran", ["runs_in"],
@@ -94,7 +92,7 @@ class QueryRunner:
         self._plans: dict[tuple[int | None, str, tuple[str, ...], tuple[str, ...]], QueryPlan] = {}
         self._gathers: dict[tuple[int | None, str, tuple[str, ...], tuple[str, ...]],
                             GatherPlan | None] = {}  # fmt: skip
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: tuple[asyncio.AbstractEventLoop, LookupPool] | None = None
 
     def warm(self) -> None:
         """Start the executor processes now rather than on the first Python extractor."""
@@ -117,20 +115,17 @@ class QueryRunner:
             self._plans[key] = found
         return found
 
-    async def session(self) -> aiohttp.ClientSession:
-        """The event loop's kept-alive connections to engines (made on first use, in the
-        loop that uses them)."""
-        import aiohttp
-
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=CLIENT_KEEPALIVE_S)
-            )
-        return self._session
+    def pool(self) -> LookupPool:
+        """The event loop's kept-alive connections to engines (made in the loop that uses
+        them: a connection belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool[0] is not loop:
+            self._pool = (loop, LookupPool())
+        return self._pool[1]
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            await self._pool[1].aclose()
 
     def gather_plan(self, graph: BranchGraph, plan: QueryPlan) -> GatherPlan | None:
         key = (graph.head, graph.name, plan.inputs, plan.outputs)
@@ -161,7 +156,7 @@ class QueryRunner:
             micros = frames.timestamp_micros(stamps, n, "timestamps")
             start = time.perf_counter()
             keys = list(gather.lookups)
-            via = EngineLookups(routes, secret, session=await self.session())
+            via = EngineLookups(routes, secret, pool=self.pool())
             answers = await via.lookup_many_records([
                 Want(graph.serving_job(k[0]), gather.key_records(k, columns), micros,
                      gather.lookups[k])
@@ -197,9 +192,7 @@ class QueryRunner:
             )
             where = "executor process"
         else:
-            via = EngineLookups(
-                routes, secret, self.http, self.fanout, session=await self.session()
-            )
+            via = EngineLookups(routes, secret, self.http, self.fanout, pool=self.pool())
             executor = QueryExecutor(
                 list(graph.featuresets.values()), graph.datasets, _provider(graph, via), self.datasets
             )  # fmt: skip
@@ -237,7 +230,7 @@ class QueryRunner:
         routes: Routes,
         secret: str,
     ) -> tuple[pd.DataFrame, pd.Series]:
-        via = EngineLookups(routes, secret, session=await self.session())
+        via = EngineLookups(routes, secret, pool=self.pool())
         return await via.lookup_async(job, ts, keys, fields)
 
 
