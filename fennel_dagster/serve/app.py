@@ -30,6 +30,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import FennelError
@@ -37,7 +38,7 @@ from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.query.execute import ExtractorError
 from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.query.plan import QueryPlanError
-from fennel_dagster.serve import graphql, persisted, rest
+from fennel_dagster.serve import graphql, graphql_fast, persisted, rest
 from fennel_dagster.serve.auth import AuthError, authenticate
 from fennel_dagster.serve.frames import BadRequest, NotFound
 from fennel_dagster.serve.openapi import document
@@ -171,10 +172,24 @@ async def graphql_endpoint(request: Request) -> Response:
     ops = _operations(query)
     principal.require("log" if "mutation" in ops else "query", branch)
     graph = server.state.graph(branch)
-    schema = request.app.state.schemas.of(graph)
+    served = request.app.state.schemas.of(graph)
+    op = body.get("operationName")
+    if op is not None and not isinstance(op, str):
+        raise BadRequest("operationName: must be a string (the operation to run) or absent")
+    compiled = request.app.state.compiled.of(graph.name, graph.head, served, query, op)
+    if compiled is not None:
+        ctx = graphql.Context(server, principal, branch, graph)
+        data = await compiled.run(ctx, variables)
+        if data is not None:
+            request.state.featuresets = ctx.touched
+            return rest.JSON({"data": data})
     ctx = graphql.Context(server, principal, branch, graph)
-    result = await schema.execute(query, variable_values=variables, context_value=ctx,
-                                  operation_name=body.get("operationName"))  # fmt: skip
+    try:
+        result = await served.schema.execute(query, variable_values=variables, context_value=ctx,
+                                             operation_name=op)  # fmt: skip
+    except (CannotGetOperationTypeError, InvalidOperationTypeError) as e:  # not GraphQL errors
+        named = f"named {op!r}" if op else "to run (several: name one in operationName)"
+        raise BadRequest(f"operationName: the document has no operation {named}") from e
     request.state.featuresets = ctx.touched
     payload: dict[str, Any] = {"data": result.data}
     status = 200
@@ -212,6 +227,7 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
         Route("/metrics", guarded(metrics, "metrics", public=True)),
         Route("/openapi.json", guarded(openapi, "openapi", public=True)),
         Route(f"{v1}/query", guarded(rest.query, "query"), methods=["POST"]),
+        Route("/graphql", guarded(graphql_endpoint, "graphql"), methods=["POST"]),
         Route(f"{v1}/explain", guarded(rest.explain_query, "explain"), methods=["POST"]),
         Route(v1 + "/dataset/{name}/lookup", guarded(rest.lookup, "lookup"), methods=["POST"]),
         Route(f"{v1}/log", guarded(rest.log, "log"), methods=["POST"]),
@@ -248,10 +264,10 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
             guarded(rest.offline_result, "offline_result"),
             methods=["GET"],
         ),
-        Route("/graphql", guarded(graphql_endpoint, "graphql"), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.server = server
     app.state.schemas = graphql.Schemas()
+    app.state.compiled = graphql_fast.CompiledDocuments()
     app.state.persisted = persisted.PersistedQueries(max_chars=MAX_QUERY_CHARS)
     return app

@@ -66,7 +66,7 @@ def _int64(v: Any) -> int:
 # make their rule anew for each request, and validation is cached by (schema, document,
 # rules): with a new rule per request every request missed the cache and was validated again
 # (a fifth of a GraphQL request's CPU).
-_LIMIT_RULES = (
+LIMIT_RULES = (
     *QueryDepthLimiter(max_depth=MAX_DEPTH).validation_rules,
     *MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules,
 )
@@ -75,7 +75,7 @@ _LIMIT_RULES = (
 class _Limits(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
         ctx = self.execution_context
-        ctx.validation_rules = ctx.validation_rules + _LIMIT_RULES
+        ctx.validation_rules = ctx.validation_rules + LIMIT_RULES
         yield
 
 
@@ -171,6 +171,7 @@ class SchemaBuilder:
         self.featuresets = graph.featuresets
         self.types = {f"{fs.name}.{f.name}": f.dtype
                       for fs in self.featuresets.values() for f in fs.features}  # fmt: skip
+        self.roots: dict[str, RootField] = {}  # root field name -> its featureset's field
 
     def build(self) -> strawberry.Schema:
         fields: dict[str, Any] = {}
@@ -210,32 +211,29 @@ class SchemaBuilder:
 
     def _resolver(self, fs: spec.FeaturesetSpec, gql_type: type) -> Any:
         args = {}  # python parameter name -> fully qualified feature
+        arg_names = {}  # GraphQL argument name -> fully qualified feature
         params = [inspect.Parameter("info", inspect.Parameter.KEYWORD_ONLY, annotation=Info)]
         for i, feature in enumerate(root_inputs(fs, self.featuresets)):
             owner, name = feature.split(".", 1)
             # own features by name (camelCased); another featureset's as userFeatures_uid
             py, arg = (name, None) if owner == fs.name else (f"a{i}", f"{_camel(owner)}_{name}")
             args[py] = feature
+            arg_names[arg or strawberry_name(py)] = feature
             scalar: Any = _scalar(self.types[feature]) | None
             ann = Annotated[scalar, strawberry.argument(name=arg)]
             params.append(inspect.Parameter(py, inspect.Parameter.KEYWORD_ONLY, default=None,
                                             annotation=ann))  # fmt: skip
-        types = self.types
-        camel = {strawberry_name(f.name): f.name for f in fs.features}  # once, not per request
+        root = RootField(
+            fs.name, arg_names, {strawberry_name(f.name): f.name for f in fs.features},
+            {f"{fs.name}.{f.name}": self.types[f"{fs.name}.{f.name}"] for f in fs.features}
+            | {f: self.types[f] for f in arg_names.values()},
+        )  # fmt: skip
+        self.roots[_camel(fs.name)] = root
 
         async def resolve(info: Info, **given: Any) -> Any:
-            ctx: Context = info.context
-            wanted = _selected(info, camel)
+            wanted = _selected(info, root.fields)
             inputs = {args[p]: v for p, v in given.items() if v is not None}
-            outputs = [f"{fs.name}.{w}" for w in wanted if f"{fs.name}.{w}" not in inputs]
-            values: dict[str, Any] = {}
-            if outputs:
-                plan = ctx.server.runner.plan(ctx.graph, list(inputs), outputs)
-                got = await _run(ctx, plan, {k: [v] for k, v in inputs.items()}, None)
-                values = {c.split(".", 1)[1]: _gql_value(v[0], types[c]) for c, v in got.items()}
-            for feature, v in inputs.items():
-                if feature.startswith(f"{fs.name}."):
-                    values[feature.split(".", 1)[1]] = v
+            values = await root.values(info.context, inputs, wanted)
             return gql_type(**{w: values.get(w) for w in wanted})
 
         resolve.__signature__ = inspect.Signature(params, return_annotation=gql_type | None)  # type: ignore[attr-defined]
@@ -243,6 +241,35 @@ class SchemaBuilder:
             "return": gql_type | None
         }
         return resolve
+
+
+@dataclass(frozen=True)
+class RootField:
+    """A featureset's root field: which GraphQL argument gives which input feature, which
+    GraphQL field is which feature. Its resolver and compiled documents (``graphql_fast``)
+    answer through ``values``."""
+
+    featureset: str
+    args: dict[str, str]  # GraphQL argument name -> fully qualified feature
+    fields: dict[str, str]  # GraphQL field name -> the featureset's feature name
+    types: dict[str, spec.DType]  # fully qualified feature -> dtype (fields and arguments)
+
+    async def values(
+        self, ctx: Context, inputs: dict[str, Any], wanted: list[str]
+    ) -> dict[str, Any]:
+        """The ``wanted`` features (names) as GraphQL values, for the given inputs (fully
+        qualified feature -> value; the featureset's own inputs are answered as given)."""
+        fs = self.featureset
+        outputs = [f"{fs}.{w}" for w in wanted if f"{fs}.{w}" not in inputs]
+        values: dict[str, Any] = {}
+        if outputs:
+            plan = ctx.server.runner.plan(ctx.graph, list(inputs), outputs)
+            got = await _run(ctx, plan, {k: [v] for k, v in inputs.items()}, None)
+            values = {c.split(".", 1)[1]: _gql_value(v[0], self.types[c]) for c, v in got.items()}
+        for feature, v in inputs.items():
+            if feature.startswith(f"{fs}."):
+                values[feature.split(".", 1)[1]] = v
+        return values
 
 
 def _selected(info: Info, camel: dict[str, str]) -> list[str]:
@@ -335,17 +362,26 @@ class Mutation:
         return LogAccepted(accepted=result.accepted)
 
 
+@dataclass(frozen=True)
+class BranchSchema:
+    """A branch's schema at one commit, with its featureset root fields."""
+
+    schema: strawberry.Schema
+    roots: dict[str, RootField]
+
+
 class Schemas:
     """Schemas by (branch, commit id), built on first use."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int | None], strawberry.Schema] = {}
+        self._cache: dict[tuple[str, int | None], BranchSchema] = {}
 
-    def of(self, graph: BranchGraph) -> strawberry.Schema:
+    def of(self, graph: BranchGraph) -> BranchSchema:
         key = (graph.name, graph.head)
         found = self._cache.get(key)
         if found is None:
-            found = SchemaBuilder(graph).build()
+            builder = SchemaBuilder(graph)
+            found = BranchSchema(builder.build(), builder.roots)
             if len(self._cache) > 256:
                 self._cache.clear()
             self._cache[key] = found
