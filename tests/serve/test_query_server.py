@@ -205,6 +205,10 @@ def test_graphql_persisted_queries(loaded, serving: Serving) -> None:  # type: i
         plain = post({"query": doc})
         first = post({"query": doc, "extensions": ext})
         by_hash = post({"extensions": ext})
+        for op in ("Q", None, "Nope"):  # compiled or not, named or not: one answer, or a 400
+            named = post({"query": doc, "operationName": op})
+            assert named.status_code == (400 if op == "Nope" else 200), named.text
+            assert "operationName" in named.text if op == "Nope" else named.json() == plain.json()
     assert plain.status_code == first.status_code == by_hash.status_code == 200
     assert by_hash.json() == first.json() == plain.json()
     assert by_hash.json()["data"]["userFeatures"]["uid"] == uid
