@@ -56,30 +56,13 @@ def _kind(dtype: spec.DType) -> str | None:
     return None
 
 
-def _input(kind: str, v: Any) -> Any:
-    """A variable's value as graphql-core coerces it, for the plain cases."""
+def _plain(kind: str, v: Any) -> Any:
+    """``v`` as graphql-core coerces it (a variable) or serializes it (an answer), for the
+    plain cases: a value of the scalar's own JSON type (an int for a Float); else ``_Slow``."""
     match kind:
         case "Int64" if type(v) is int and abs(v) < 2**63:
             return v
         case "Float" if type(v) in (int, float) and math.isfinite(v):
-            return float(v)
-        case "Boolean" if type(v) is bool:
-            return v
-        case "String" if type(v) is str:
-            return v
-    raise _Slow
-
-
-def _output(kind: str, v: Any) -> Any:
-    """An answer as graphql-core serializes it, for the plain cases."""
-    if v is None:
-        return None
-    match kind:
-        case "Int64" if type(v) is int:
-            return v
-        case "Float" if type(v) is float and math.isfinite(v):
-            return v
-        case "Float" if type(v) is int:
             return float(v)
         case "Boolean" if type(v) is bool:
             return v
@@ -109,13 +92,14 @@ class Compiled:
                     if var is not None and self.variables[var]:
                         raise _Slow  # a non-null variable missing: GraphQL's error
                     continue
-                inputs[feature] = _input(kind, v)
+                inputs[feature] = _plain(kind, v)
             wanted = list(dict.fromkeys(name for _, name, _ in self.selections))
             values = await self.root.values(ctx, inputs, wanted)
             row: dict[str, Any] = {}
             for key, name, kind in self.selections:
                 if key not in row:
-                    row[key] = _output(kind, values.get(name))
+                    got = values.get(name)
+                    row[key] = None if got is None else _plain(kind, got)
         except Exception:  # noqa: BLE001 - any failure: the executor answers, errors and all
             return None
         return {self.key: row}
