@@ -92,8 +92,11 @@ class _Connection(asyncio.Protocol):
 class LookupPool:
     """Idle connections per engine address, made and used in one event loop."""
 
-    def __init__(self, keepalive_s: float = CLIENT_KEEPALIVE_S) -> None:
-        self.keepalive_s = keepalive_s
+    def __init__(self, keepalive_s: float = CLIENT_KEEPALIVE_S, per_engine: int = 256) -> None:
+        """``per_engine``: connections to one engine at most; more requests at once wait
+        for one (within their timeout), as aiohttp's connector limit had them."""
+        self.keepalive_s, self.per_engine = keepalive_s, per_engine
+        self._slots: dict[str, asyncio.Semaphore] = {}
         self._idle: dict[str, deque[_Connection]] = {}
         self._busy: set[_Connection] = set()
         self.opened = 0  # connections made (tests, metrics)
@@ -103,11 +106,14 @@ class LookupPool:
     ) -> tuple[int, bytes]:
         """POST ``body`` to ``http://{address}{path}``; ``headers`` are whole header lines
         (``b"Name: value\\r\\n"`` each). A kept-alive connection the engine closed as it was
-        reused (no byte of an answer came) is replaced once: a lookup is a read, safe to send
+        reused (no byte of an answer came) is replaced: a lookup is a read, safe to send
         again, and the race is the engine's idle timeout, not the engine being down."""
         head = f"POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: {len(body)}\r\n"
         request = head.encode() + headers + b"\r\n" + body
-        async with asyncio.timeout(timeout):
+        slots = self._slots.get(address)
+        if slots is None:
+            slots = self._slots[address] = asyncio.Semaphore(self.per_engine)
+        async with asyncio.timeout(timeout), slots:
             while True:
                 conn = await self._take(address)
                 try:
@@ -122,8 +128,11 @@ class LookupPool:
                 finally:
                     self._busy.discard(conn)
                 if conn.open:
-                    conn.idle_since = time.monotonic()
-                    self._idle.setdefault(address, deque()).append(conn)
+                    conn.idle_since = now = time.monotonic()
+                    idle = self._idle.setdefault(address, deque())
+                    idle.append(conn)
+                    while now - idle[0].idle_since >= self.keepalive_s:  # unused too long
+                        idle.popleft().close()
                 return answer
 
     async def _take(self, address: str) -> _Connection:

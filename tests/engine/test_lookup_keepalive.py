@@ -168,3 +168,31 @@ def test_an_engine_that_hangs_up_without_answering_fails() -> None:
         server.close()
 
     asyncio.run(main())
+
+
+def test_connections_to_one_engine_are_bounded_and_stale_ones_closed() -> None:
+    async def slow_echo(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                body = await _request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            await asyncio.sleep(0.02)
+            w.write(_answer(body))
+            await w.drain()
+
+    async def main() -> None:
+        server, address = await _serve(slow_echo)
+        pool = LookupPool(keepalive_s=0.2, per_engine=3)
+        bodies = [b"%d" % i for i in range(12)]
+        got = await asyncio.gather(*(pool.post(address, "/l", b, b"", 5) for b in bodies))
+        assert got == [(200, b) for b in bodies] and pool.opened == 3
+        await asyncio.sleep(0.3)  # all three idle past keepalive_s
+        assert await pool.post(address, "/l", b"x", b"", 5) == (200, b"x")
+        assert pool.opened == 4  # a new one: the stale ones are not reused...
+        idle = next(iter(pool._idle.values()))  # noqa: SLF001
+        assert list(idle) == [c for c in idle if c.open] and len(idle) == 1  # ...nor kept
+        await pool.aclose()
+        server.close()
+
+    asyncio.run(main())
