@@ -160,10 +160,7 @@ class EngineLookups:
         """Several lookups at once (a query's datasets): the requests each engine gets from
         all of them travel in one HTTP request (``POST /lookups``), all engines at once."""
         answers = await self.lookup_many_records(wants)
-        return [
-            (typed_columns(rows, _wanted(w.job, w.fields)), pd.Series(found, dtype=bool))
-            for w, (rows, found) in zip(wants, answers, strict=True)
-        ]
+        return [as_columns(w, rows, found) for w, (rows, found) in zip(wants, answers, strict=True)]
 
     async def lookup_many_records(
         self, wants: list[Want]
@@ -264,6 +261,14 @@ class EngineLookups:
         if status != 200:
             raise LookupFailed(f"lookup of {name}: {reply.get('error', status)}")
         return reply
+
+
+def as_columns(
+    want: Want, rows: list[dict[str, Any]], found: list[bool]
+) -> tuple[dict[str, pd.Series], pd.Series]:
+    """A ``lookup_many_records`` answer as ``lookup_many_async`` gives it: a typed column per
+    wanted field, and the found flags."""
+    return typed_columns(rows, _wanted(want.job, want.fields)), pd.Series(found, dtype=bool)
 
 
 def _wanted(job: JobRow, fields: list[str] | None) -> list[spec.FieldSpec]:

@@ -23,7 +23,7 @@ from prometheus_client import Histogram
 
 from fennel_dagster.commit import branches
 from fennel_dagster.declare.lookup import LookupProvider
-from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want
+from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want, as_columns
 from fennel_dagster.engine.lookup_pool import LookupPool
 from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.metadata import registry
@@ -31,7 +31,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.columns import positional, utc
 from fennel_dagster.ops.keys import micros_of
-from fennel_dagster.query.execute import QueryExecutor
+from fennel_dagster.query.execute import Fetched, LookupKey, QueryExecutor
 from fennel_dagster.query.gather import GatherPlan, Unfit, gather_plan
 from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.serve import frames
@@ -157,19 +157,25 @@ class QueryRunner:
             start = time.perf_counter()
             keys = list(gather.lookups)
             via = EngineLookups(routes, secret, pool=self.pool())
-            answers = await via.lookup_many_records([
+            wants = [
                 Want(graph.serving_job(k[0]), gather.key_records(k, columns), micros,
                      gather.lookups[k])
                 for k in keys
-            ])  # fmt: skip
+            ]  # fmt: skip
+            answers = await via.lookup_many_records(wants)
             try:
                 out = gather.run(columns, dict(zip(keys, answers, strict=True)))
-            except Unfit:
-                out = None  # a value outside its rules: the executor decides
-            if out is not None:
-                STEP_SECONDS.labels("server").observe(time.perf_counter() - start)
-                FANOUT.observe(via.calls)
-                return out
+            except Unfit:  # a value outside its rules: the executor decides, on these answers
+                fetched = {
+                    k: as_columns(w, *a) for k, w, a in zip(keys, wants, answers, strict=True)
+                }
+                df = frames.frame(data, types, what)
+                ts = frames.timestamps(stamps, len(df), "timestamps")
+                result = await self.run(graph, plan, df, ts, routes, secret, fetched)
+                return frames.to_json_columns(result)
+            STEP_SECONDS.labels("server").observe(time.perf_counter() - start)
+            FANOUT.observe(via.calls)
+            return out
         df = frames.frame(data, types, what)
         ts = frames.timestamps(stamps, len(df), "timestamps")
         return frames.to_json_columns(await self.run(graph, plan, df, ts, routes, secret))
@@ -182,7 +188,10 @@ class QueryRunner:
         ts: pd.Series,
         routes: Routes,
         secret: str,
+        fetched: Mapping[LookupKey, Fetched] | None = None,
     ) -> pd.DataFrame:
+        """``plan`` over ``frame``; ``fetched``: its lookups' answers, when the caller has
+        them already (a native plan of prefetched lookups only)."""
         loop = asyncio.get_running_loop()
         start = time.perf_counter()
         if needs_process(plan):
@@ -198,16 +207,17 @@ class QueryRunner:
             )  # fmt: skip
             frame, ts = positional(frame), utc(ts)
             if executor.all_prefetched(plan, list(frame.columns)):
-                # engines asked from the loop, concurrently; no thread waits on them
-                # (each engine gets all of the query's lookups it serves in one request)
-                groups = executor.prefetches(plan, list(frame.columns))
-                stamps = micros_of(ts)
-                answers = await via.lookup_many_async([
-                    Want(graph.serving_job(key[0]), executor.key_records(key, frame), stamps,
-                         fields)
-                    for key, fields in groups.items()
-                ])  # fmt: skip
-                fetched = dict(zip(groups, answers, strict=True))
+                if fetched is None:
+                    # engines asked from the loop, concurrently; no thread waits on them
+                    # (each engine gets all of the query's lookups it serves in one request)
+                    groups = executor.prefetches(plan, list(frame.columns))
+                    stamps = micros_of(ts)
+                    answers = await via.lookup_many_async([
+                        Want(graph.serving_job(key[0]), executor.key_records(key, frame),
+                             stamps, fields)
+                        for key, fields in groups.items()
+                    ])  # fmt: skip
+                    fetched = dict(zip(groups, answers, strict=True))
                 if len(frame) <= IN_LOOP_ROWS:
                     result = executor.run(plan, frame, ts, fetched)
                 else:
