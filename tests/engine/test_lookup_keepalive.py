@@ -9,7 +9,7 @@ next request on that connection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -24,6 +24,17 @@ async def _request(reader: asyncio.StreamReader) -> bytes:
     length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n")
                   if h.lower().startswith(b"content-length"))  # fmt: skip
     return await reader.readexactly(length)
+
+
+async def _requests(reader: asyncio.StreamReader) -> AsyncIterator[tuple[int, bytes]]:
+    """Each request's number and body, until the client hangs up."""
+    n = 0
+    while True:
+        try:
+            yield n, await _request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        n += 1
 
 
 def _answer(body: bytes, extra: bytes = b"") -> bytes:
@@ -66,11 +77,7 @@ def test_a_connection_closed_on_reuse_is_tried_again_anew() -> None:
 
 def test_kept_alive_connections_are_reused_and_chunked_answers_read_whole() -> None:
     async def chunked(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await _request(reader)
-            except asyncio.IncompleteReadError:
-                return
+        async for _, body in _requests(reader):
             w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
             for part in (body[:3], body[3:]):
                 w.write(b"%x\r\n%s\r\n" % (len(part), part))
@@ -92,14 +99,8 @@ def test_kept_alive_connections_are_reused_and_chunked_answers_read_whole() -> N
 
 def test_an_answer_too_late_never_answers_the_next_request() -> None:
     async def slow_first(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        n = 0
-        while True:
-            try:
-                body = await _request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            n += 1
-            if n == 1 and body == b"slow":
+        async for n, body in _requests(reader):
+            if n == 0 and body == b"slow":
                 await asyncio.sleep(0.5)
             w.write(_answer(body))
             await w.drain()
@@ -172,11 +173,7 @@ def test_an_engine_that_hangs_up_without_answering_fails() -> None:
 
 def test_connections_to_one_engine_are_bounded_and_stale_ones_closed() -> None:
     async def slow_echo(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                body = await _request(reader)
-            except asyncio.IncompleteReadError:
-                return
+        async for _, body in _requests(reader):
             await asyncio.sleep(0.02)
             w.write(_answer(body))
             await w.drain()
