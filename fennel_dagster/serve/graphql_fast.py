@@ -24,6 +24,7 @@ from typing import Any
 
 import graphql as gql
 
+from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.serve.graphql import (
     LIMIT_RULES,
@@ -38,7 +39,7 @@ from fennel_dagster.wire import spec
 _NOT_GIVEN = object()
 
 
-class _Slow(Exception):  # noqa: N818 - internal signal, never leaves this module
+class _Slow(QueryError):  # noqa: N818 - internal signal, never leaves this module
     """This request leaves the compiled path: strawberry's executor answers it."""
 
 
