@@ -59,3 +59,7 @@ for attempt in 1 2; do
     exit 1
   fi
 done
+
+# pyspark ships as an sdist: every fresh clone builds a 1.4 GB wheel into uv's cache, and on a
+# machine that runs CI often those builds fill the disk. Pruning keeps what is still in use.
+"${UV[@]}" cache prune -q 2>/dev/null || true
