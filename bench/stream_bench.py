@@ -38,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.metadata.db import connect
+from fennel_dagster.ops.batches import row_count
 from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.stack import proctree
 
@@ -75,14 +76,15 @@ def copy_events(s: Settings, src: str, dst: str, n: int) -> None:
 
 
 def count_committed(s: Settings, topic: str, n: int, timeout: float) -> float:
-    """Seconds until ``topic`` holds ``n`` committed records (read_committed)."""
+    """Seconds until ``topic`` holds ``n`` committed rows (read_committed; a batch message
+    of the engine's internal topics holds many)."""
     c = Consumer({"bootstrap.servers": s.kafka_servers, "group.id": f"count-{uuid.uuid4().hex}",
                   "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})  # fmt: skip
     c.subscribe([topic])
     seen, t0 = 0, time.monotonic()
     while seen < n and time.monotonic() - t0 < timeout:
-        seen += sum(1 for m in c.consume(10000, 0.5) if not m.error())
+        seen += sum(row_count(m.value()) for m in c.consume(10000, 0.5) if not m.error())
     c.close()
     if seen < n:
         raise RuntimeError(f"{topic}: only {seen}/{n} records after {timeout}s")

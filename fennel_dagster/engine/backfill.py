@@ -39,9 +39,10 @@ from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.engine.partitioning import partition_of_record
 from fennel_dagster.engine.seeding import STAGE1_ERRORS, HandOver, SeedResult, seed_partition
 from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable, TablePin
+from fennel_dagster.ops.batches import rows_of
 from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.index import DELETED
-from fennel_dagster.ops.rows import dumps, loads, to_records
+from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan, spec
@@ -246,11 +247,12 @@ def _stage1(batches: Iterator[pd.DataFrame], job: plan.PipelineJobSpec) -> Itera
         values: list[bytes] = []
         for batch in _messages(pdf):
             it = process_isolating(logic.process, batch, MemoryState(), poison, job.name)
-            for rec in it.outputs:
-                eps.append(rec.partition)
-                stamps.append(pd.Timestamp(loads(rec.value)[ts]))
-                topics.append(rec.topic)
-                values.append(rec.value)
+            for rec in it.outputs:  # one row a value: the history is sorted by time
+                for row in rows_of(rec.value, job.repartition.schema):
+                    eps.append(rec.partition)
+                    stamps.append(pd.Timestamp(row[ts]))
+                    topics.append(rec.topic)
+                    values.append(dumps(row))
             for err in it.errors:
                 eps.append(0)
                 stamps.append(pd.NaT)

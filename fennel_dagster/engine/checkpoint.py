@@ -33,7 +33,7 @@ class BatchCounts:
     errors: int = 0
     late: int = 0
     newest_event_us: int | None = None
-    by_topic: dict[str, int] = field(default_factory=dict)  # output records per topic
+    by_topic: dict[str, int] = field(default_factory=dict)  # output rows per topic
     ranges: list[Range] = field(default_factory=list)
 
 
@@ -83,12 +83,12 @@ class Checkpoint:
             self.pending.puts.update(it.writes.puts)
         for rec in it.outputs:
             self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition)
-            self.counts.by_topic[rec.topic] = self.counts.by_topic.get(rec.topic, 0) + 1
+            self.counts.by_topic[rec.topic] = self.counts.by_topic.get(rec.topic, 0) + rec.rows
         if it.errors and self.error_topic:
             for err in it.errors:
                 self.producer.produce(self.error_topic, encode_error(err), partition=0)
             self.counts.errors += len(it.errors)
-        self.counts.outputs += len(it.outputs)
+        self.counts.outputs += sum(r.rows for r in it.outputs)
         self.counts.late += it.late
         self.counts.newest_event_us = newest(self.counts.newest_event_us, it.newest_event_us)
         first, last = group[0], group[-1]

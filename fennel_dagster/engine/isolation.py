@@ -1,5 +1,7 @@
 """Poison messages: a batch that raises is bisected until the messages that raise alone are
-found; each becomes an error record and the rest of the batch is processed and committed.
+found; each becomes an error record and the rest of the batch is processed and committed. A
+batch message (many rows, ``ops.batches``) that raises alone is split into its rows, so only
+the rows that raise are set aside.
 
 Why bisect rather than stop: an operator that raises on one message would raise again on
 every retry (``process`` is deterministic), so the partition would stop — or loop — on one
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from fennel_dagster.engine.failures import PermanentJobError
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, newest
 from fennel_dagster.errors import FennelError
+from fennel_dagster.ops import batches
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 
 Process = Callable[[list[InMessage], StateReader], Iteration]
@@ -38,31 +41,46 @@ def process_isolating(
     except FennelError as e:
         raise PermanentJobError(_fault(job, msgs, e)) from e
     except Exception as first:  # noqa: BLE001 - classified below
-        it, good = _bisect(process, msgs, state, poison)
-        if good == 0 and len(msgs) >= JOB_FAULT_MIN:
+        it, good, tried = _bisect(process, msgs, state, poison)
+        if good == 0 and tried >= JOB_FAULT_MIN:
             raise PermanentJobError(
-                f"{_fault(job, msgs, first)}; each of the {len(msgs)} messages fails on its "
-                "own, so this is the job, not its input"
+                f"{_fault(job, msgs, first)}; each of the {tried} messages fails on its own, "
+                "so this is the job, not its input"
             ) from first
         return it
 
 
 def _bisect(
     process: Process, msgs: list[InMessage], state: StateReader, poison: Poison
-) -> tuple[Iteration, int]:
-    """The merged iteration of ``msgs`` without its poison messages; how many were good."""
+) -> tuple[Iteration, int, int]:
+    """The merged iteration of ``msgs`` without its poison messages; how many were good, of
+    how many tried alone or in groups (a batch message's rows count one each)."""
     try:
-        return process(msgs, state), len(msgs)
+        return process(msgs, state), len(msgs), len(msgs)
     except FennelError:
         raise
     except Exception as e:  # noqa: BLE001 - a bad row, or a half holding one
         if len(msgs) == 1:
-            return Iteration(writes=WriteBatch(), errors=[poison(msgs[0], e)]), 0
+            rows = _rows(msgs[0])
+            if len(rows) <= 1:
+                return Iteration(writes=WriteBatch(), errors=[poison(msgs[0], e)]), 0, 1
+            return _bisect(process, rows, state, poison)
     mid = len(msgs) // 2
-    left, good_left = _bisect(process, msgs[:mid], state, poison)
+    left, good_left, tried_left = _bisect(process, msgs[:mid], state, poison)
     seen = OverlayReader(state, left.writes) if left.writes is not None else state
-    right, good_right = _bisect(process, msgs[mid:], seen, poison)
-    return _merge(left, right), good_left + good_right
+    right, good_right, tried_right = _bisect(process, msgs[mid:], seen, poison)
+    return _merge(left, right), good_left + good_right, tried_left + tried_right
+
+
+def _rows(m: InMessage) -> list[InMessage]:
+    """A batch message as one message per row (same place), so one bad row of a batch is set
+    aside, not the batch; any other message as itself."""
+    if not batches.is_batch(m.value):
+        return [m]
+    try:
+        return [m._replace(value=v) for v in batches.split(m.value or b"")]
+    except batches.BatchFormatError:
+        return [m]
 
 
 def poison_record(job: str, dataset: str, m: InMessage, e: Exception) -> ErrorRecord:

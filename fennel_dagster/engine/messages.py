@@ -19,12 +19,14 @@ class InMessage(NamedTuple):
 
 
 class OutRecord(NamedTuple):
-    """One record to produce, its partition already chosen (co-partitioning is the job's)."""
+    """One record to produce, its partition already chosen (co-partitioning is the job's);
+    ``rows``: how many dataset rows it carries (a batch message, ``ops.batches``, many)."""
 
     topic: str
     partition: int
     key: bytes | None
     value: bytes
+    rows: int = 1
 
 
 @dataclass(frozen=True)

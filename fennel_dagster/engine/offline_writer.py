@@ -20,18 +20,26 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
 from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import Fenced
-from fennel_dagster.engine.jobs.common import decode_rows
+from fennel_dagster.engine.jobs.common import decode_messages, decode_rows
 from fennel_dagster.engine.kafka_clients import consumer, in_message, topic_partitions
 from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.errors import EngineError
 from fennel_dagster.metadata.registry import JobRow
-from fennel_dagster.offline.table import OfflineTable, TableConflict, records_to_arrow, to_arrow
+from fennel_dagster.offline.table import (
+    OfflineTable,
+    TableConflict,
+    batch_to_arrow,
+    records_to_arrow,
+    to_arrow,
+)
+from fennel_dagster.ops import batches
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.rows import loads
 from fennel_dagster.s3 import s3_client
@@ -130,11 +138,11 @@ class OfflineWriter:
         present = [m for m in msgs if m.value is not None]
         table = _straight(present, ds)
         if table is None:  # a row that needs typing (or cannot be typed: an error record)
-            data, rows, deleted, errors = self._typed(present)
+            data, rows, deleted, origin, errors = self._typed(present)
             if errors:
                 self._report(errors)
-            table = to_arrow(rows, deleted, [m.partition for m in data],
-                             [m.offset for m in data], ds)  # fmt: skip
+            table = to_arrow(rows, deleted, [data[i].partition for i in origin],
+                             [data[i].offset for i in origin], ds)  # fmt: skip
         offsets: dict[tuple[str, int], int] = {}
         for m in msgs:
             offsets[(m.topic, m.partition)] = max(m.offset, offsets.get((m.topic, m.partition), -1))
@@ -147,15 +155,15 @@ class OfflineWriter:
 
     def _typed(
         self, data: list[InMessage]
-    ) -> tuple[list[InMessage], pd.DataFrame, pd.Series, list[ErrorRecord]]:
+    ) -> tuple[list[InMessage], pd.DataFrame, pd.Series, list[int], list[ErrorRecord]]:
         """The messages whose rows the table can hold, those rows typed, their delete flags,
-        and an error record for each other one. Our own jobs wrote the topic, so a row that
-        cannot be typed is rare (a bug, or a hand-made message); it goes to the dataset's
-        error topic rather than stopping the table. Only a batch holding one is typed again
-        message by message."""
+        the message of each row, and an error record for each other message. Our own jobs
+        wrote the topic, so a row that cannot be typed is rare (a bug, or a hand-made
+        message); it goes to the dataset's error topic rather than stopping the table. Only a
+        batch holding one is typed again message by message."""
         ds = self.spec.table.dataset
         try:
-            rows, deleted, errors = decode_rows(data, ds.fields, ds.name)
+            d = decode_messages(data, ds.fields, ds.name)
         except (ValueError, TypeError, OverflowError):
             good: list[InMessage] = []
             errors = []
@@ -172,12 +180,9 @@ class OfflineWriter:
                 errors += bad
                 if not bad:
                     good.append(m)
-            rows, deleted, _ = decode_rows(good, ds.fields, ds.name)
-            return good, rows, deleted, errors
-        if errors:
-            bad_at = {(e.partition, e.offset) for e in errors}
-            data = [m for m in data if (m.partition, m.offset) not in bad_at]
-        return data, rows, deleted, errors
+            d = decode_messages(good, ds.fields, ds.name)
+            return good, d.rows, d.deleted, d.origin, errors
+        return data, d.rows, d.deleted, d.origin, d.errors
 
     def _report(self, errors: list[ErrorRecord]) -> None:
         """Error records to the dataset's error topic before the commit that skips their
@@ -197,9 +202,13 @@ class OfflineWriter:
 
 
 def _straight(msgs: list[InMessage], ds: spec.DatasetSpec) -> pa.Table | None:
-    """The table of ``msgs`` decoded straight into Arrow (``records_to_arrow``), or None."""
+    """The table of ``msgs`` decoded straight into Arrow, or None (the typed road)."""
+    if msgs and all(batches.is_batch(m.value) for m in msgs):
+        return _straight_batches(msgs, ds)
     records = []
     for m in msgs:
+        if batches.is_batch(m.value):
+            return None
         try:
             rec = loads(m.value or b"")
         except ValueError:
@@ -210,3 +219,24 @@ def _straight(msgs: list[InMessage], ds: spec.DatasetSpec) -> pa.Table | None:
     deleted = [bool(r.get(DELETED)) for r in records]
     return records_to_arrow(records, deleted, [m.partition for m in msgs],
                             [m.offset for m in msgs], ds)  # fmt: skip
+
+
+def _straight_batches(msgs: list[InMessage], ds: spec.DatasetSpec) -> pa.Table | None:
+    """Batch messages whose every field travels as Arrow's own type, as the table's rows
+    (each row at its message's partition and offset); None if one needs typing."""
+    try:
+        tables = [batches.table_of(m.value or b"") for m in msgs]
+    except batches.BatchFormatError:
+        return None
+    names = [f.name for f in ds.fields]
+    if any(not batches.all_native(t, names) for t in tables):
+        return None
+    sizes = [t.num_rows for t in tables]
+    whole = pa.concat_tables([t.select([n for n in t.column_names if n in (*names, DELETED)])
+                              for t in tables], promote_options="default")  # fmt: skip
+    return batch_to_arrow(
+        whole,
+        np.repeat([m.partition for m in msgs], sizes).tolist(),
+        np.repeat([m.offset for m in msgs], sizes).tolist(),
+        ds,
+    )

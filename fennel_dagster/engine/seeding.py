@@ -45,7 +45,7 @@ from fennel_dagster.ops.state import WriteBatch
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 
-CHUNK_OUTPUTS = 20_000  # outputs per Kafka transaction: well inside its timeout
+CHUNK_OUTPUTS = 20_000  # output rows per Kafka transaction: well inside its timeout
 STAGE1_ERRORS = ""  # the "topic" of history messages that are stage 1's error records
 
 
@@ -72,6 +72,7 @@ class SeedResult:
 class _Chunk:
     outputs: list[OutRecord] = field(default_factory=list)
     errors: list[bytes] = field(default_factory=list)
+    rows: int = 0  # dataset rows in ``outputs`` (a batch message holds many)
 
 
 def seed_partition(
@@ -112,11 +113,12 @@ def seed_partition(
                 if it.writes is not None:
                     hangar.apply(it.writes)
                 chunk.outputs += it.outputs
+                chunk.rows += sum(r.rows for r in it.outputs)
                 chunk.errors += [encode_error(e) for e in it.errors]
                 result.messages += len(batch)
-                result.outputs += len(it.outputs)
+                result.outputs += sum(r.rows for r in it.outputs)
                 result.errors += len(it.errors)
-                if len(chunk.outputs) >= CHUNK_OUTPUTS:
+                if chunk.rows >= CHUNK_OUTPUTS:
                     _send(producer, job, partition, seed_id, number, chunk, done, markers,
                           result, offsets=None, group=None)  # fmt: skip
                     chunk, number = _Chunk(), number + 1

@@ -259,6 +259,26 @@ def to_arrow(
     return _table(cols, schema, ds, deleted.astype(bool).tolist(), partitions, offsets)
 
 
+def batch_to_arrow(
+    rows: pa.Table, partitions: Sequence[int], offsets: Sequence[int], ds: spec.DatasetSpec
+) -> pa.Table:
+    """Rows of batch messages (``ops.batches``; every field in Arrow's own type) with their
+    table columns: the same table ``to_arrow`` makes of them, without pandas."""
+    schema = arrow_schema(ds)
+    cols: dict[str, Any] = {}
+    for f in ds.fields:
+        kind = schema.field(f.name).type
+        column = rows.column(f.name)
+        if pa.types.is_timestamp(kind):  # Delta keeps microseconds: finer digits are dropped
+            column = pc.floor_temporal(column, unit="microsecond")
+        cols[f.name] = column.cast(kind)
+    if DELETED in rows.column_names:
+        deleted = pc.fill_null(rows.column(DELETED), False).to_pylist()
+    else:
+        deleted = [False] * rows.num_rows
+    return _table(cols, schema, ds, deleted, partitions, offsets)
+
+
 def records_to_arrow(
     records: Sequence[Mapping[str, Any]],
     deleted: Sequence[bool],

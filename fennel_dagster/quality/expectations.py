@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
 
-from fennel_dagster.ops.rows import from_records, loads
+from fennel_dagster.ops.batches import rows_of
+from fennel_dagster.ops.rows import from_records
 from fennel_dagster.wire import spec
 
 
@@ -82,7 +83,7 @@ def sample(servers: str, topic: str, ds: spec.DatasetSpec, rows: int = 1000) -> 
                 continue
             value = m.value()
             if value is not None:  # a tombstone is no row
-                records.append(loads(value))
+                records += rows_of(value, ds.fields)
         return from_records(records[-rows:], ds.fields)
     finally:
         c.close()

@@ -21,7 +21,8 @@ from fennel_dagster.engine.supervisor import _runner_main
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import JobRow, list_jobs
 from fennel_dagster.offline.table import OFFSET, PARTITION, OfflineTable
-from fennel_dagster.ops.rows import dumps, loads, to_records
+from fennel_dagster.ops.batches import rows_of
+from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 from tests.engine import repo
@@ -67,7 +68,7 @@ def read_topic(
     expect: int | None = None,
     timeout: float = 60.0,
 ) -> list[tuple[int, int, dict[str, Any]]]:
-    """Every committed record of ``topic``: (partition, offset, row)."""
+    """Every committed row of ``topic``: (partition, offset, row)."""
     c = Consumer({"bootstrap.servers": settings.kafka_servers, "group.id": f"reader-{time.time_ns()}",
                   "isolation.level": "read_committed", "enable.auto.commit": False,
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})  # fmt: skip
@@ -87,7 +88,8 @@ def read_topic(
                 break
             continue
         eof.discard(m.partition())
-        out.append((m.partition(), m.offset(), loads(m.value())))
+        # a batch message (ops.batches) holds many rows, each at the message's offset
+        out += [(m.partition(), m.offset(), row) for row in rows_of(m.value())]
     c.close()
     return out
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 
+import pandas as pd
 import psycopg
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -23,6 +24,8 @@ from fennel_dagster.engine.isolation import JOB_FAULT_MIN, poison_record, proces
 from fennel_dagster.engine.jobs.factory import build_job
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration
 from fennel_dagster.engine.restarts import RestartWatch, transient
+from fennel_dagster.ops import batches
+from fennel_dagster.ops.batches import rows_of
 from fennel_dagster.ops.limits import ERROR_RECORD_MAX_BYTES
 from fennel_dagster.ops.state import MemoryState, StateReader, WriteBatch
 from fennel_dagster.wire import plan
@@ -70,11 +73,39 @@ def test_a_poison_message_is_set_aside_and_the_batch_equals_the_batch_without_it
                                                      "ts": T0.isoformat()}).encode())  # fmt: skip
     with_poison, state_p = _run(good[:17] + [bad] + good[17:])
     clean, state_c = _run(good)
-    assert [o.value for o in with_poison.outputs] == [o.value for o in clean.outputs]
+    assert _out_rows(with_poison) == _out_rows(clean)
     assert state_c._data and state_p._data == state_c._data  # noqa: SLF001 - byte for byte
     (err,) = with_poison.errors
     assert err.stage == "process" and err.offset == 999 and err.payload == bad.value
     assert "OverflowError" in err.reason and "set aside" in err.reason
+
+
+def _out_rows(it: Iteration) -> list[tuple[int, dict[str, object]]]:
+    """The rows sent, partition by partition in the order each partition gets them (how they
+    are cut into batch messages may differ: a bisected batch sends a message per half)."""
+    rows = [(o.partition, row) for o in it.outputs for row in rows_of(o.value)]
+    return sorted(rows, key=lambda r: r[0])
+
+
+def test_a_poison_row_inside_a_batch_message_is_set_aside_alone() -> None:
+    """A batch message (many rows) whose one row the operators raise on: the message is
+    split into its rows, only that row goes to the error topic, the others go on as if the
+    batch never held it."""
+    good = _rows(40)
+    topic = good[0].topic
+    fields = _pipeline().repartition.schema  # type: ignore[union-attr]
+    records = [json.loads(m.value or b"") for m in good]
+    poisoned = [*records[:17], {"uid": 2**70, "amount": 1.0, "ts": T0.isoformat()}, *records[17:]]
+    frame = pd.DataFrame({f.name: pd.Series([r.get(f.name) for r in poisoned], dtype=object)
+                          for f in fields})  # fmt: skip
+    one = InMessage(topic, 0, 500, None, batches.encode(frame, fields))
+    with_poison, state_p = _run([one])
+    clean, state_c = _run(good)
+    assert _out_rows(with_poison) == _out_rows(clean)
+    assert state_c._data and state_p._data == state_c._data  # noqa: SLF001 - byte for byte
+    (err,) = with_poison.errors
+    assert err.offset == 500 and "set aside" in err.reason
+    assert batches.records(err.payload)[0]["uid"] == 2**70  # the row, as a batch of one
 
 
 def _raising(on: set[int], exc: Exception | None = None) -> object:

@@ -38,7 +38,7 @@ from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.sources import S3, Kafka, Snowflake, Webhook, sink
 from fennel_dagster.wire import plan
 from fennel_dagster.wire.codec import to_jsonable
-from tests.engine.harness import Fleet, commit, offline_writer, wait_for
+from tests.engine.harness import Fleet, commit, offline_writer, read_topic, wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 OWNER = "lake@example.com"
@@ -157,14 +157,23 @@ def read_sink(s: Settings, bucket: str, prefix: str) -> pd.DataFrame:
     return pd.DataFrame(table.to_pyarrow_table().to_pydict())
 
 
-def assert_exactly(got: pd.DataFrame, sent: pd.DataFrame) -> None:
+def assert_exactly(got: pd.DataFrame, sent: pd.DataFrame, topic: list[tuple[int, int]]) -> None:
+    """``got`` holds each row of ``sent`` once, each at the topic place it was read from
+    (``topic``: the (partition, offset) of every row on the topic; a batch message holds
+    several rows at one offset)."""
     assert len(got) == len(sent)
-    assert not got.duplicated([PARTITION, OFFSET]).any()  # each topic offset once
+    places = sorted(zip(got[PARTITION].tolist(), got[OFFSET].tolist(), strict=True))
+    assert places == sorted(topic)  # each topic row once
     got = got.sort_values("uid").reset_index(drop=True)
     assert got["uid"].tolist() == sent["uid"].tolist()
     assert got["amount"].tolist() == pytest.approx(sent["amount"].tolist())
     stamps = pd.to_datetime(got["ts"], utc=True).tolist()
     assert stamps == pd.to_datetime(sent["ts"], utc=True).tolist()
+
+
+def _places(s: Settings, src: Any) -> list[tuple[int, int]]:
+    """(partition, offset) of every row on the source job's output topic."""
+    return [(p, o) for p, o, _ in read_topic(s, src.spec.output_topic, src.spec.partitions)]
 
 
 @pytest.fixture
@@ -198,7 +207,7 @@ def test_an_s3_sink_gets_every_row_once_across_a_writer_restart(
     try:
         wait_for(lambda: len(read_sink(s, sink_bucket, "lake/txn/")) >= 40, 90, "40 rows")
         threading.Event().wait(2.0)  # anything more would be a duplicate
-        assert_exactly(read_sink(s, sink_bucket, "lake/txn/"), first)
+        assert_exactly(read_sink(s, sink_bucket, "lake/txn/"), first, _places(s, src))
         writer.terminate()
         writer.join(30)
 
@@ -214,7 +223,8 @@ def test_an_s3_sink_gets_every_row_once_across_a_writer_restart(
         writer.join(30)
         fleet.stop()
     assert_exactly(
-        read_sink(s, sink_bucket, "lake/txn/"), pd.concat([first, more], ignore_index=True)
+        read_sink(s, sink_bucket, "lake/txn/"), pd.concat([first, more], ignore_index=True),
+        _places(s, src),
     )
     # the platform's bucket holds no table for the sink: it is at the sink's location only
     listed = s3_client(s).list_objects_v2(Bucket=s.s3_bucket, Prefix=f"{s.namespace}/")

@@ -22,12 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, OutRecord
-from fennel_dagster.engine.partitioning import partition_of_record
-from fennel_dagster.ops.index import DELETED
+from fennel_dagster.engine.jobs.common import batch_records, partitions_of
+from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration
 from fennel_dagster.ops.keys import micros
 from fennel_dagster.ops.limits import MAX_ROW_BYTES, parse_timestamp
-from fennel_dagster.ops.rows import base_type, dumps, json_value
+from fennel_dagster.ops.rows import base_type, from_records, json_value
 from fennel_dagster.ops.schema import _check
 from fennel_dagster.ops.source_rules import (
     event_time_problem,
@@ -83,6 +82,9 @@ class SourceJob:
         raw_mark = state.get(self.namespace, _WATERMARK)
         mark = int(raw_mark) if raw_mark is not None else None
         disorder_us = self.source.disorder * 1_000_000
+        kept: list[dict[str, Any]] = []
+        kept_from: list[InMessage] = []
+        kept_deleted: list[bool] = []
         for rec, m, deleted in rows:
             reason = self._check(rec)
             if reason is not None:
@@ -110,23 +112,37 @@ class SourceJob:
                 ), rec))  # fmt: skip
                 continue
             mark = t if mark is None else max(mark, t)
-            out = {f.name: rec.get(f.name) for f in self.dataset.fields}
-            if deleted:
-                out[DELETED] = True
-            raw = dumps(out)
-            if len(raw) > MAX_ROW_BYTES:
-                it.errors.append(self._error(m, "schema", (
-                    f"{self.dataset.name}: the row is {len(raw):,} bytes as JSON, over the "
-                    f"limit of {MAX_ROW_BYTES:,}; send smaller rows"
-                ), None))  # fmt: skip
-                continue
-            key, part = partition_of_record(out, self._keys, self.partitions, raw)
-            it.outputs.append(OutRecord(self.output, part, key, raw))
+            kept.append({f.name: rec.get(f.name) for f in self.dataset.fields})
+            kept_from.append(m)
+            kept_deleted.append(deleted)
+        if kept:
+            self._emit(kept, kept_from, kept_deleted, it)
         if mark is not None:
             it.writes.put(self.namespace, _WATERMARK, str(mark).encode())
             if it.outputs:  # the watermark is the newest event time written
                 it.newest_event_us = mark
         return it
+
+    def _emit(
+        self, rows: list[dict[str, Any]], sources: list[InMessage], deleted: list[bool],
+        it: Iteration,
+    ) -> None:
+        """Good rows as batch messages of the dataset's topic: by key, or (keyless) to this
+        job's partition."""
+        frame = from_records(rows, self.dataset.fields)
+        keyless = sources[0].partition % self.partitions
+        parts = partitions_of(frame, self._keys, self.partitions, keyless)
+
+        def too_big(row: int, raw: bytes) -> ErrorRecord:
+            return self._error(sources[row], "schema", (
+                f"{self.dataset.name}: the row is {len(raw):,} bytes as JSON, over the limit "
+                f"of {MAX_ROW_BYTES:,}; send smaller rows"
+            ), None)  # fmt: skip
+
+        out, errors = batch_records(frame, self.dataset.fields, deleted, parts, self.output,
+                                    too_big)  # fmt: skip
+        it.outputs += out
+        it.errors += errors
 
     # ------------------------------------------------------------------ stages
 
