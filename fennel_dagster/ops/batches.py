@@ -184,17 +184,14 @@ def all_native(table: pa.Table, names: Sequence[str]) -> bool:
     """Whether every one of ``names`` is a column of ``table`` in Arrow's own type."""
     have = set(table.column_names)
     return all(
-        n in have and (table.schema.field(n).metadata or {}).get(_ENCODING) != _JSON
-        for n in names
+        n in have and (table.schema.field(n).metadata or {}).get(_ENCODING) != _JSON for n in names
     )
 
 
 _MAPPER = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 
 
-def decode(
-    value: bytes, fields: Sequence[spec.FieldSpec]
-) -> tuple[pd.DataFrame, np.ndarray]:
+def decode(value: bytes, fields: Sequence[spec.FieldSpec]) -> tuple[pd.DataFrame, np.ndarray]:
     """The rows of a batch message typed as ``ops.rows.from_records`` types them, and their
     delete flags."""
     table = table_of(value)

@@ -74,10 +74,10 @@ def event_time_problem(
 
     ``arrived_ns`` is the row's processing time: the Kafka message's timestamp in the engine
     (so a replay judges the same rows alike), the wall clock in the mock."""
-    if ts_ns < _earliest_ns(src.earliest):
+    if ts_ns < earliest_ns(src.earliest):
         return (
             f"{dataset}.{field} = {_iso(ts_ns)} is before the source's earliest "
-            f"({_iso(_earliest_ns(src.earliest))}); pass earliest= to @source to accept older "
+            f"({_iso(earliest_ns(src.earliest))}); pass earliest= to @source to accept older "
             "events"
         )
     ahead = (ts_ns - arrived_ns) / 1e9
@@ -92,7 +92,7 @@ def event_time_problem(
 
 
 @functools.lru_cache(maxsize=64)
-def _earliest_ns(text: str) -> int:
+def earliest_ns(text: str) -> int:
     """A source's ``earliest``, parsed once."""
     ts = pd.Timestamp(text)
     return int((ts if ts.tzinfo else ts.tz_localize("UTC")).value)
