@@ -122,7 +122,7 @@ def test_the_column_road_equals_the_row_road(
     _same(fast, slow)
 
 
-_ODD = [("uid", 3.0), ("uid", True), ("uid", 2**64), ("uid", "7"), ("uid", None),
+_ODD = [("uid", 3.0), ("uid", True), ("uid", 2**64), ("uid", 2**63), ("uid", "7"), ("uid", None),
         ("amount", float("nan")), ("amount", None), ("amount", True), ("amount", 2**1100),
         ("ok", 1), ("ok", "true"), ("name", 5), ("name", "x" * 300_000), ("ts", "yesterday"),
         ("ts", ""), ("ts", 1767225600), ("ts", "2300-01-01"), ("ts", None),

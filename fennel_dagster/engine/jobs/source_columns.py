@@ -27,8 +27,10 @@ from fennel_dagster.ops.limits import HIGHEST, INT64_MAX, INT64_MIN, LOWEST, MAX
 from fennel_dagster.ops.source_rules import earliest_ns, event_time_problem
 from fennel_dagster.wire import spec
 
-# a run of 19 digits may be an int beyond int64, which orjson reads otherwise than json
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# an integer of 19 or more digits may be beyond int64, which orjson reads as a float (json
+# as an int): such a batch goes the row road. Digits of a float's fraction or mantissa do not
+# count, so a clean float never sends a batch there.
+_LONG_INT = re.compile(rb"(?<![\d.])\d{19,}(?![\d.eE])")
 _NONE = type(None)
 
 
@@ -47,7 +49,7 @@ def parse(messages: list[InMessage], max_bytes: int) -> list[dict[str, Any]] | N
     docs = []
     for m in messages:
         v = m.value
-        if v is None or len(v) > max_bytes or _LONG_DIGITS.search(v):
+        if v is None or len(v) > max_bytes or _LONG_INT.search(v):
             return None
         try:
             d = orjson.loads(v)
