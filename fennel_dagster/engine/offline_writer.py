@@ -236,7 +236,7 @@ def _straight_batches(msgs: list[InMessage], ds: spec.DatasetSpec) -> pa.Table |
                               for t in tables], promote_options="default")  # fmt: skip
     return batch_to_arrow(
         whole,
-        np.repeat([m.partition for m in msgs], sizes).tolist(),
-        np.repeat([m.offset for m in msgs], sizes).tolist(),
+        np.repeat([m.partition for m in msgs], sizes),
+        np.repeat([m.offset for m in msgs], sizes),
         ds,
     )
