@@ -194,7 +194,12 @@ _MAPPER = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
 def decode(value: bytes, fields: Sequence[spec.FieldSpec]) -> tuple[pd.DataFrame, np.ndarray]:
     """The rows of a batch message typed as ``ops.rows.from_records`` types them, and their
     delete flags."""
-    table = table_of(value)
+    return frame_of(table_of(value), fields)
+
+
+def frame_of(table: pa.Table, fields: Sequence[spec.FieldSpec]) -> tuple[pd.DataFrame, np.ndarray]:
+    """``decode`` of a table in hand: also how rows that skip a topic are typed exactly as
+    the topic would have typed them."""
     n = table.num_rows
     names = set(table.column_names)
     cols: dict[str, pd.Series] = {}
