@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 US = 1_000_000
-FOREVER_LEVELS: tuple[int, ...] = tuple((1 << k) * US for k in (36, 31, 26, 21, 16, 11, 6))
+FOREVER_LEVELS: tuple[int, ...] = tuple((1 << k) * US for k in (36, 31, 26, 21, 16, 11, 6, 1))
 NEG_INF = -64 * FOREVER_LEVELS[0]  # "no lower bound": a multiple of every tile size
 _TWO53 = float(1 << 53)
 
@@ -38,15 +38,21 @@ def tile_size(duration_s: int) -> int:
     return (1 << (target.bit_length() - 1)) * US
 
 
-def levels(kind: str, duration_s: int | None) -> tuple[int, ...]:
+# The finest tile: raw edge events a query reads span at most this much time at each end of
+# its window, so a dense key (hundreds of events a second) still reads few of them.
+FINEST = 2 * US
+
+
+def levels(kind: str, duration_s: int | None, legacy: bool = False) -> tuple[int, ...]:
     """Tile sizes of a window, coarse to fine (each a multiple of the next).
 
-    Long windows get finer levels too (by factors of 32, down to 64 s or so), so the raw
-    edge tiles a window reads stay small whatever its duration."""
+    Levels go finer by factors of 32 down to ``FINEST``, so the raw edge events a window
+    reads are few however dense a key's stream is. ``legacy``: the levels of state written
+    before (down to 64 s only), whose tiles hold no finer level."""
     if kind == "forever":
-        return FOREVER_LEVELS
+        return FOREVER_LEVELS[:-1] if legacy else FOREVER_LEVELS
     sizes = [tile_size(duration_s or 0)]
-    while sizes[-1] >= 2048 * US:
+    while sizes[-1] >= 2048 * US if legacy else sizes[-1] > FINEST:
         sizes.append(sizes[-1] // 32)
     return tuple(sizes)
 

@@ -295,7 +295,29 @@ def values_at(
     stamps_us: Sequence[int],
 ) -> dict[str, list[Any]]:
     """Each continuous aggregation of ``node`` for each (key, time) query."""
-    return _compute(Layout.of(node), reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
+    lay = layout_of(node, reader, ns)
+    return _compute(lay, reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
+
+
+# In the tiles namespace, before every key's tiles (a key prefix starts with "["): which tile
+# levels the state holds. b"2": ``tiles.levels``; b"1": the legacy levels (state written
+# before the marker, whose tiles stop at 64 s, is read with those; it never changes levels).
+LEVELS_KEY = b"\x00levels"
+
+
+def layout_of(
+    node: spec.AggregateNode, reader: StateReader, ns: str, wb: WriteBatch | None = None
+) -> Layout:
+    """The node's layout as its state was written; with ``wb``, the marker of a new state."""
+    tns = ns + ":tiles"
+    mark = reader.get(tns, LEVELS_KEY)
+    if mark is None:
+        legacy = next(iter(reader.scan(ns, b"")), None) is not None
+        if wb is not None:
+            wb.put(tns, LEVELS_KEY, b"1" if legacy else b"2")
+    else:
+        legacy = mark == b"1"
+    return Layout.of(node, legacy)
 
 
 def run_continuous(
@@ -311,12 +333,12 @@ def run_continuous(
     Per key of the batch: a few range scans (raw edge tiles, whole tiles per level), the
     events and tile updates into ``wb``, then every event's values at once with numpy."""
     ns = namespace(scope, node)
-    lay = Layout.of(node)
     mine = (ns, tiles_namespace(scope, node))
     # A batch reads each key's entries before writing them, and keys' entries are disjoint,
     # so only writes made before this call (none, usually) need an overlay.
     pending = any(name in mine for name, _ in wb.puts)
     reader = _own_view(state, wb, mine) if pending else state
+    lay = layout_of(node, reader, ns, wb)
     cols = of_columns(node)
     keys = key_tuples(df, node.keys)
     stamps = pd.to_datetime(df[ts_col], utc=True)

@@ -39,9 +39,12 @@ class Layout:
     fields: list[str]  # every column an aggregation reads (the raw event's fields), sorted
 
     @classmethod
-    def of(cls, node: spec.AggregateNode) -> Layout:
+    def of(cls, node: spec.AggregateNode, legacy: bool = False) -> Layout:
+        """``legacy``: for state written with the coarser levels of before (``tiles.levels``)."""
         tiled = [a for a in node.aggs if _tiled(a)]
-        windows = {wkey(a.window): tiles.levels(a.window.kind, a.window.duration) for a in tiled}
+        windows = {
+            wkey(a.window): tiles.levels(a.window.kind, a.window.duration, legacy) for a in tiled
+        }
         cols: dict[str, bool] = {}
         for a in tiled:
             if a.of:
