@@ -12,7 +12,7 @@ named after the job and operator node id.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -73,6 +73,13 @@ class OverlayReader:
     def __init__(self, base: StateReader, pending: WriteBatch) -> None:
         self._base = base
         self._pending = pending
+
+    def narrowed(self, namespaces: Container[str]) -> StateReader:
+        """This view for reads of ``namespaces`` only: the state itself when nothing pending
+        touches them (no merge per scan), else an overlay of just their pending writes."""
+        base = self._base.narrowed(namespaces) if isinstance(self._base, OverlayReader) else self._base
+        mine = {k: v for k, v in self._pending.puts.items() if k[0] in namespaces}
+        return OverlayReader(base, WriteBatch(mine)) if mine else base
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
         hit = self._pending.puts.get((namespace, key), _MISSING)

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fennel_dagster.ops import aggregate, tiles
+from fennel_dagster.ops.aggregate.events import event_seq
 from fennel_dagster.ops.pipeline import PipelineExecutor
-from fennel_dagster.ops.rows import content_seq
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.wire import spec
 
@@ -94,7 +94,7 @@ def reference(agg: spec.AggSpec, events: list[Event], uid: int, t: int) -> Any:
     """``agg`` of ``uid`` at ``t`` straight from the definition (ties: storage order)."""
     d = agg.window.duration
     inside = [e for e in events if e[0] == uid and e[3] <= t and (d is None or e[3] >= t - d * US)]
-    inside.sort(key=lambda e: (e[3], content_seq({"amount": e[1], "qty": e[2], "_k": [uid]})))
+    inside.sort(key=lambda e: (e[3], event_seq({"amount": e[1], "qty": e[2]}, [uid])))
     col = {"amount": 1, "qty": 2}.get(agg.of or "")
     vals = [1 if col is None else e[col] for e in inside]
     present = [v for v in vals if v is not None]

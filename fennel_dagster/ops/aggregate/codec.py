@@ -23,6 +23,8 @@ from fennel_dagster.ops.aggregate.layout import Layout
 from fennel_dagster.ops.aggregate.stats import (
     EXACT_FLOAT,
     Table,
+    align,
+    common_scale,
     extremes,
     stats_from_lists,
 )
@@ -46,6 +48,11 @@ def entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
 
 def tile_key(prefix: bytes, size: int, idx: int) -> bytes:
     return prefix + _TILE.pack(size, idx + _FLIP)
+
+
+def content_dtype(ncols: int) -> np.dtype:
+    """An event's fields as ``events.event_seq`` hashes them: tag and value bits, packed."""
+    return np.dtype([(n, t) for i in range(ncols) for n, t in ((f"t{i}", "u1"), (f"x{i}", "<i8"))])
 
 
 def raw_dtype(ncols: int) -> np.dtype:
@@ -101,6 +108,51 @@ def encode_tile(idx: int, n: int, stats: list[list[Any]], names: list[str]) -> b
     return struct.pack("".join(fmt), *parts)
 
 
+def packed_tiles(
+    lay: Layout, t: Table, starts: np.ndarray, idx: np.ndarray, rows: np.ndarray
+) -> np.ndarray | None:
+    """Groups of tiles and events (``starts``: each group's first element in ``t``) merged
+    into tiles packed in ``_tile_dtype``, with numpy: ``encode_tile`` of ``merge_tiles``,
+    byte for byte. None when a value needs Python ints (sums past 61 bits, big ints)."""
+    names = sorted(lay.cols)
+    arr = np.zeros(len(starts), dtype=_tile_dtype(len(names)))
+    arr["v"], arr["idx"], arr["n"] = 1, idx, rows
+    total = len(t.n)
+    for j, col in enumerate(names):
+        st = t.cols[col]
+        if any(st[k].dtype == object for k in ("sn", "qn", "mn", "mx")):
+            return None
+        scale = common_scale([t], col)
+        c = np.add.reduceat(st["c"], starts)
+        fc = np.add.reduceat(st["fc"], starts)
+        arr[f"c{j}"], arr[f"fc{j}"] = c, fc
+        for n, e, lo, hi, at in (("sn", "se", "sl", "sh", scale), ("qn", "qe", "ql", "qh", 2 * scale)):
+            aligned = align(st[n], st[e], at, total)
+            if aligned.dtype == object:
+                return None
+            mant, exp = _canonical(np.add.reduceat(aligned, starts), at)
+            if len(exp) and not (-(1 << 31) <= exp.min() and exp.max() < 1 << 31):
+                return None
+            arr[f"{e}{j}"] = exp
+            arr[f"{lo}{j}"] = mant.view(np.uint64)
+            arr[f"{hi}{j}"] = mant >> 63
+        empty, isf = c == 0, fc > 0
+        for tag, bits, v in (("nt", "mn", np.minimum.reduceat(st["mn"], starts)),
+                             ("xt", "mx", np.maximum.reduceat(st["mx"], starts))):  # fmt: skip
+            v = np.where(empty, 0.0, v) + 0.0  # -0.0 and 0.0 tie: store one of them
+            arr[f"{tag}{j}"] = np.where(empty, 0, np.where(isf, 2, 1))
+            arr[f"{bits}{j}"] = np.where(isf, v.view(np.int64), v.astype(np.int64))
+    return arr
+
+
+def _canonical(s: np.ndarray, e: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """``tiles.canonical`` of int64 mantissas ``s`` with exponents ``e``, all at once."""
+    nz = s != 0
+    low = s & -s  # the lowest set bit (2**63 wraps to -2**63: frexp still gives 64)
+    tz = np.where(nz, np.frexp(low.astype(np.float64))[1] - 1, 0).astype(np.int64)
+    return np.where(nz, s >> tz, 0), np.where(nz, e + tz, 0)
+
+
 def event_cols(tag: np.ndarray, bits: np.ndarray, squares: bool) -> dict[str, np.ndarray] | None:
     """Partial aggregates of single events from their binary values (None: needs the slow
     path, a value that is not an int64 or a float)."""
@@ -113,10 +165,15 @@ def event_cols(tag: np.ndarray, bits: np.ndarray, squares: bool) -> dict[str, np
     m, e = np.frexp(f)
     sn = np.where(isint, bits, (m * float(EXACT_FLOAT)).astype(np.int64))
     se = np.where(isint, 0, e.astype(np.int64) - 53)
+    # canonical (odd mantissas): 37.0 is 37 * 2**0, so sums of such floats stay in int64
+    sn, se = _canonical(sn, se)
     out = {"c": (tag != 0).astype(np.int64), "fc": isf.astype(np.int64), "sn": sn, "se": se}
     if squares:
-        obj = sn.astype(object)
-        out["qn"], out["qe"] = obj * obj, 2 * se
+        if len(sn) and np.abs(sn).max() < 1 << 31:
+            out["qn"], out["qe"] = sn * sn, 2 * se
+        else:
+            obj = sn.astype(object)
+            out["qn"], out["qe"] = obj * obj, 2 * se
     else:
         out["qn"], out["qe"] = np.zeros(len(tag), np.int64), 2 * se
     if (isint & ((bits > EXACT_FLOAT) | (bits < -EXACT_FLOAT))).any():
@@ -144,7 +201,11 @@ def decode_tiles(
     m = len(vals)
     if not (m and all(len(v) == dt.itemsize and v[0] == 1 for v in vals)):
         return _decode_tiles_slow(lay, kid, items, names, dt)
-    arr = np.frombuffer(b"".join(vals), dtype=dt)
+    return tiles_table(kid, np.frombuffer(b"".join(vals), dtype=dt), names)
+
+
+def tiles_table(kid: np.ndarray, arr: np.ndarray, names: list[str]) -> Table:
+    """Tiles packed in ``_tile_dtype`` (read, or just merged) as a ``Table``."""
     cols: dict[str, dict[str, np.ndarray]] = {}
     for j, c in enumerate(names):
         st = {"c": arr[f"c{j}"].astype(np.int64), "fc": arr[f"fc{j}"].astype(np.int64)}

@@ -12,16 +12,20 @@ import pandas as pd
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.codec import (
     bits_of,
+    content_dtype,
     decode_tiles,
     encode_tile,
     entry,
+    packed_tiles,
     raw_dtype,
     tag_of,
     tile_key,
+    tiles_table,
 )
 from fennel_dagster.ops.aggregate.events import (
     Events,
     event_seq,
+    event_seqs,
     first_free,
     key_tuples,
     namespace,
@@ -162,18 +166,22 @@ def _record(
     arr["v"] = 1
     arr["ts"] = hi
     json: dict[int, dict[str, Any]] = {}
+    content = np.zeros(m, dtype=content_dtype(len(fields)))
     for j, c in enumerate(fields):
         col = [r.get(c) for r in recs]
         tags = [tag_of(v) for v in col]
-        arr[f"t{j}"] = tags
-        arr[f"x{j}"] = [bits_of(v, t) for v, t in zip(col, tags, strict=True)]
+        content[f"t{j}"] = arr[f"t{j}"] = tags
+        content[f"x{j}"] = arr[f"x{j}"] = [bits_of(v, t) for v, t in zip(col, tags, strict=True)]
         for i, t in enumerate(tags):
             if t == 3:
                 json[i] = recs[i]
+    base = event_seqs([prefixes[k] for k in kids], content)
+    for i in json:
+        base[i] = event_seq(recs[i], by_id[kids[i]])
     seqs: list[int] = []
-    for k, t, rec in zip(kids, times, recs, strict=True):
+    for k, t, b in zip(kids, times, base, strict=True):
         held = taken.setdefault((k, t), set())
-        seq = first_free(event_seq(rec, by_id[k]), held)
+        seq = first_free(b, held)
         held.add(seq)
         seqs.append(seq)
     arr["seq"] = seqs
@@ -204,17 +212,26 @@ def _record(
             both = Table.concat([old.take(old_rows), Table(fresh.kid, idx, fresh.n, fresh.cols)])
             srt = np.argsort(gid, kind="stable")
             both, gid = both.take(srt), gid[srt]
-            merged = merge_tiles(lay, both, gid, len(groups))
             first = np.searchsorted(gid, np.arange(len(groups)))
             g_kid, g_idx = both.kid[first].tolist(), both.pos[first].tolist()
-            items: list[tuple[bytes, bytes]] = []
-            for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
-                key = tile_key(prefixes[k], size, i)
-                value = encode_tile(i, rows, stats, names)
-                put[(tns, key)] = value
-                items.append((key, value))
+            rows_of = np.add.reduceat(both.n, first)
+            packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
+            if packed is not None:
+                buf, w = packed.tobytes(), packed.dtype.itemsize
+                for j, (k, i) in enumerate(zip(g_kid, g_idx, strict=True)):
+                    put[(tns, tile_key(prefixes[k], size, i))] = buf[j * w : (j + 1) * w]
+                merged_tiles = tiles_table(both.kid[first], packed, names)
+            else:  # sums past 61 bits or big ints: Python's ints
+                items: list[tuple[bytes, bytes]] = []
+                merged = merge_tiles(lay, both, gid, len(groups))
+                for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
+                    key = tile_key(prefixes[k], size, i)
+                    value = encode_tile(i, rows, stats, names)
+                    put[(tns, key)] = value
+                    items.append((key, value))
+                merged_tiles = decode_tiles(lay, both.kid[first], items)
             keep = old.take(np.flatnonzero(~hit))
-            levels[size] = Table.concat([keep, decode_tiles(lay, both.kid[first], items)])
+            levels[size] = Table.concat([keep, merged_tiles])
     return events.merged(fresh_events)
 
 
@@ -337,6 +354,8 @@ def run_continuous(
     # A batch reads each key's entries before writing them, and keys' entries are disjoint,
     # so only writes made before this call (none, usually) need an overlay.
     pending = any(name in mine for name, _ in wb.puts)
+    if isinstance(state, OverlayReader):  # an earlier group's writes: merged only if ours
+        state = state.narrowed(mine)
     reader = _own_view(state, wb, mine) if pending else state
     lay = layout_of(node, reader, ns, wb)
     cols = of_columns(node)

@@ -4,13 +4,15 @@ at once (``Events``)."""
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Container, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.ops.aggregate.codec import event_cols, raw_dtype
+from fennel_dagster.ops.aggregate.codec import bits_of, event_cols, raw_dtype, tag_of
 from fennel_dagster.ops.aggregate.layout import Layout, of_columns
 from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
 from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
@@ -28,9 +30,26 @@ def tiles_namespace(scope: str, node: spec.AggregateNode) -> str:
 
 
 def event_seq(rec: dict[str, Any], key: Sequence[Any]) -> int:
-    """An event's tie-breaker among its key's events at one instant: the sequence of its
-    content (``rows.content_seq``), its key included."""
-    return content_seq({**rec, "_k": list(key)})
+    """An event's tie-breaker among its key's events at one instant: a CRC of its content,
+    its key included: the key's prefix, then each field's binary tag and value in name order
+    (the bytes ``content_dtype`` packs for a whole batch at once); with a value that is not
+    an int64 or a float, of its JSON row (``rows.content_seq``)."""
+    names = sorted(rec)
+    tags = [tag_of(rec[c]) for c in names]
+    if 3 in tags:
+        return content_seq({**rec, "_k": list(key)})
+    body = b"".join(_TAGGED.pack(t, bits_of(rec[c], t)) for c, t in zip(names, tags, strict=True))
+    return zlib.crc32(key_prefix(tuple(key)) + body)
+
+
+def event_seqs(prefixes: Sequence[bytes], content: np.ndarray) -> list[int]:
+    """``event_seq`` of a batch's events: the key prefix of each and its fields packed by
+    ``content_dtype`` (rows holding other values are left to ``event_seq``)."""
+    buf, w, crc = content.tobytes(), content.dtype.itemsize, zlib.crc32
+    return [crc(p + buf[i * w : (i + 1) * w]) for i, p in enumerate(prefixes)]
+
+
+_TAGGED = struct.Struct("<Bq")
 
 
 def first_free(seq: int, taken: Container[int]) -> int:

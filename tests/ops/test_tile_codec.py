@@ -1,0 +1,97 @@
+"""Tiles merged and packed with numpy (``packed_tiles``) are, byte for byte, what the Python
+path (``merge_tiles`` then ``encode_tile``) gives, and read back to the same table."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fennel_dagster.ops.aggregate.codec import (
+    bits_of,
+    decode_tiles,
+    encode_tile,
+    event_cols,
+    packed_tiles,
+    tag_of,
+    tiles_table,
+)
+from fennel_dagster.ops.aggregate.layout import Layout
+from fennel_dagster.ops.aggregate.stats import Table, merge_tiles
+from fennel_dagster.wire import spec
+
+W = spec.WindowSpec("continuous", duration=3600)
+AGGS = (spec.AggSpec("sum", "s", W, of="a"), spec.AggSpec("min", "lo", W, of="b"),
+        spec.AggSpec("max", "hi", W, of="b"), spec.AggSpec("count", "n", W))  # fmt: skip
+NODE = spec.AggregateNode("n1", "n0", ("uid",), AGGS)
+SQUARES = spec.AggregateNode("n1", "n0", ("uid",), (*AGGS, spec.AggSpec("stddev", "sd", W, of="a")))
+
+# counts, amounts, dyadic fractions: their exact sums fit int64, numpy merges them
+small = st.one_of(
+    st.none(),
+    st.integers(-(2**30), 2**30),
+    st.sampled_from([0.0, -0.0, 0.5, -2.25, 7.0, 37.0]),
+    st.integers(-(2**20), 2**20).map(lambda i: i / 64),
+)
+# and values whose exact sums may need Python's ints (past 61 bits: 8192 + 99.99 does, in
+# units of 99.99's last bit): the Python path merges those
+wide = st.one_of(small, st.integers(-(2**62), 2**62),
+                 st.sampled_from([99.99, 0.1, 1e-300, 3.5e300, 2.0**60]))  # fmt: skip
+events_of = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), small, small), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events_of)
+def test_packed_tiles_equal_the_python_merge_and_encoding(
+    events: list[tuple[int, int, object, object]],
+) -> None:
+    assert _check(NODE, events, must_pack=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), wide, wide), max_size=40),
+       st.booleans())  # fmt: skip
+def test_values_past_int64_sums_fall_back_and_what_packs_still_equals(
+    events: list[tuple[int, int, object, object]], squares: bool
+) -> None:
+    _check(SQUARES if squares else NODE, events, must_pack=False)
+
+
+def _check(node: spec.AggregateNode, events: list[tuple[int, int, object, object]],
+           must_pack: bool) -> bool:  # fmt: skip
+    lay = Layout.of(node)
+    names = sorted(lay.cols)
+    events = sorted(events, key=lambda e: (e[0], e[1]))
+    if not events:
+        return True
+    kid = np.array([e[0] for e in events], np.int64)
+    pos = np.array([e[1] for e in events], np.int64)
+    cols = {}
+    for j, c in enumerate(names):
+        vals = [e[2 + j] for e in events]
+        tags = np.array([tag_of(v) for v in vals], np.uint8)
+        bits = np.array([bits_of(v, int(t)) for v, t in zip(vals, tags, strict=True)], np.int64)
+        got = event_cols(tags, bits, lay.cols[c])
+        assert got is not None
+        cols[c] = got
+    t = Table(kid, pos, np.ones(len(events), np.int64), cols)
+    code = kid * 16 + pos
+    groups, gid = np.unique(code, return_inverse=True)
+    first = np.searchsorted(gid, np.arange(len(groups)))
+    rows = np.add.reduceat(t.n, first)
+    packed = packed_tiles(lay, t, first, pos[first], rows)
+    if packed is None:
+        assert not must_pack, "a batch of small values went the Python way"
+        return False
+    merged = merge_tiles(lay, t, gid, len(groups))
+    want = [encode_tile(int(i), r, s, names) for i, (r, s) in zip(pos[first], merged, strict=True)]
+    w = packed.dtype.itemsize
+    buf = packed.tobytes()
+    assert [buf[g * w : (g + 1) * w] for g in range(len(groups))] == want
+    a = tiles_table(kid[first], packed, names)
+    b = decode_tiles(lay, kid[first], want)
+    assert a.pos.tolist() == b.pos.tolist() and a.n.tolist() == b.n.tolist()
+    for c in names:
+        for k in a.cols[c]:
+            assert a.cols[c][k].tolist() == b.cols[c][k].tolist(), (c, k)
+    return True
