@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     state_dir: Path | None = None  # default: home/state
     # Engine runners: freshness vs throughput, snapshots, and the fleet's lease
     engine_batch_size: int = 5000  # max messages in one transaction
-    engine_txn_interval_ms: int = 100  # how long a transaction waits to fill its batch
+    engine_txn_interval_ms: int = 20  # how long a batch fills after its first message
     engine_snapshot_interval_s: float = 30.0
     engine_snapshots_kept: int = 3
     engine_poll_interval_s: float = 2.0  # supervisor: job registry / fleet poll period

@@ -63,6 +63,8 @@ __all__ = [
 log = logging.getLogger("fennel_dagster.engine.runner")
 
 TP = tuple[str, int]
+# how long an idle runner waits for a first message before it ticks (snapshots, heartbeat)
+IDLE_POLL_S = 0.1
 
 
 @dataclass
@@ -189,14 +191,21 @@ class Runner:
         hangar: Hangar,
     ) -> None:
         last_beat = 0.0
-        timeout = self.settings.engine_txn_interval_ms / 1000
+        linger = self.settings.engine_txn_interval_ms / 1000
+        most = self.settings.engine_batch_size
         while not stop.is_set():
             now = time.monotonic()
             if heartbeat is not None and now - last_beat > 2.0:
                 self._measure_lag(consumer)
                 heartbeat()
                 last_beat = now
-            msgs = consumer.consume(self.settings.engine_batch_size, timeout)
+            # The batch starts with its first message and fills for ``linger`` at most (a
+            # backlog fills it at once): an event waits one linger per hop, not a fixed tick.
+            first = consumer.poll(IDLE_POLL_S)
+            if first is None:
+                self.snapshotter.tick(hangar)
+                continue
+            msgs = [first, *consumer.consume(most - 1, linger)] if most > 1 else [first]
             batch = [m for m in msgs if not m.error()]
             for m in msgs:
                 err = m.error()
