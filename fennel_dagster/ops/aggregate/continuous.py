@@ -11,19 +11,18 @@ import pandas as pd
 
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.codec import (
-    bits_of,
     content_dtype,
     decode_tiles,
     encode_tile,
     entry,
     packed_tiles,
     raw_dtype,
-    tag_of,
     tile_key,
     tiles_table,
 )
 from fennel_dagster.ops.aggregate.events import (
     Events,
+    NewEvents,
     event_seq,
     event_seqs,
     first_free,
@@ -42,7 +41,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.keys import key_prefix
-from fennel_dagster.ops.rows import dumps, json_value
+from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -53,7 +52,7 @@ def _compute(
     ns: str,
     keys: Sequence[tuple[Any, ...]],
     hi_us: np.ndarray,
-    new: list[dict[str, Any]] | None = None,
+    new: NewEvents | None = None,
     wb: WriteBatch | None = None,
 ) -> dict[str, list[Any]]:
     """Every aggregation at each (key, time) query; with ``new`` (one record per query, the
@@ -109,8 +108,8 @@ def _compute(
     levels = {s: decode_tiles(lay, np.repeat(gk, tile_counts[s]), tile_items[s]) for s in tile_lo}
     if new is not None:
         assert wb is not None
-        recs = [new[i] for i in order.tolist()]
-        events = _record(lay, ns, tns, prefixes, events, levels, qk, hi, recs, by_id, wb)
+        events = _record(lay, ns, tns, prefixes, events, levels, qk, hi, new.take(order), by_id,
+                         wb)  # fmt: skip
     tables: dict[int | None, Table] = {
         None: sorted_table(events.table()),
         **{s: sorted_table(t) for s, t in levels.items()},
@@ -149,7 +148,7 @@ def _record(
     levels: dict[int, Table],
     qk: np.ndarray,
     hi: np.ndarray,
-    recs: list[dict[str, Any]],
+    recs: NewEvents,
     by_id: list[tuple[Any, ...]],
     wb: WriteBatch,
 ) -> Events:
@@ -161,23 +160,22 @@ def _record(
     for k, t, seq in zip(events.kid.tolist(), events.ts.tolist(), events.seq.tolist(), strict=True):
         taken.setdefault((k, t), set()).add(seq)
     kids, times = qk.tolist(), hi.tolist()
-    m = len(recs)
+    m = len(kids)
     arr = np.zeros(m, dtype=dt)
     arr["v"] = 1
     arr["ts"] = hi
     json: dict[int, dict[str, Any]] = {}
     content = np.zeros(m, dtype=content_dtype(len(fields)))
+    odd = np.zeros(m, dtype=bool)
     for j, c in enumerate(fields):
-        col = [r.get(c) for r in recs]
-        tags = [tag_of(v) for v in col]
-        content[f"t{j}"] = arr[f"t{j}"] = tags
-        content[f"x{j}"] = arr[f"x{j}"] = [bits_of(v, t) for v, t in zip(col, tags, strict=True)]
-        for i, t in enumerate(tags):
-            if t == 3:
-                json[i] = recs[i]
+        content[f"t{j}"] = arr[f"t{j}"] = recs.tags[c]
+        content[f"x{j}"] = arr[f"x{j}"] = recs.bits[c]
+        odd |= recs.tags[c] == 3
+    for i in np.flatnonzero(odd).tolist():
+        json[i] = recs.record(i)
     base = event_seqs([prefixes[k] for k in kids], content)
     for i in json:
-        base[i] = event_seq(recs[i], by_id[kids[i]])
+        base[i] = event_seq(json[i], by_id[kids[i]])
     seqs: list[int] = []
     for k, t, b in zip(kids, times, base, strict=True):
         held = taken.setdefault((k, t), set())
@@ -189,7 +187,7 @@ def _record(
     w = dt.itemsize
     put = wb.puts
     for i, (k, t, seq) in enumerate(zip(kids, times, seqs, strict=True)):
-        value = dumps(recs[i]) if i in json else buf[i * w : (i + 1) * w]
+        value = dumps(json[i]) if i in json else buf[i * w : (i + 1) * w]
         put[(ns, entry(prefixes[k], t, seq))] = value
     for j in range(len(fields)):
         for i in json:
@@ -362,9 +360,7 @@ def run_continuous(
     keys = key_tuples(df, node.keys)
     stamps = pd.to_datetime(df[ts_col], utc=True)
     us = (stamps.dt.as_unit("ns").astype("int64") // 1000).to_numpy(dtype=np.int64)
-    values = {c: [json_value(v) for v in df[c].tolist()] for c in cols}
-    recs = [{c: values[c][i] for c in cols} for i in range(len(df))]
-    out_vals = _compute(lay, reader, ns, keys, us, recs, wb)
+    out_vals = _compute(lay, reader, ns, keys, us, NewEvents.of(df, cols), wb)
     out = df[list(node.keys)].reset_index(drop=True).copy()
     for a in node.aggs:
         out[a.into] = pd.Series(out_vals[a.into], dtype=object)

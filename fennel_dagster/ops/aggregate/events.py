@@ -111,6 +111,68 @@ def key_events(
     return out
 
 
+class NewEvents:
+    """A batch's events to record: per field (name order) the binary tags and value bits
+    ``codec.tag_of``/``bits_of`` give, and the JSON-safe record of any row holding a value
+    that is neither an int64 nor a float (stored as JSON). Numeric columns are read with
+    numpy, never value by value."""
+
+    def __init__(self, tags: dict[str, np.ndarray], bits: dict[str, np.ndarray],
+                 slow: dict[str, list[Any]]) -> None:  # fmt: skip
+        self.tags, self.bits, self.slow = tags, bits, slow
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, cols: Sequence[str]) -> NewEvents:
+        tags: dict[str, np.ndarray] = {}
+        bits: dict[str, np.ndarray] = {}
+        slow: dict[str, list[Any]] = {}
+        for c in cols:
+            got = _numeric(df[c])
+            if got is None:
+                vals = slow[c] = [json_value(v) for v in df[c].tolist()]
+                t = [tag_of(v) for v in vals]
+                tags[c] = np.array(t, dtype=np.uint8)
+                bits[c] = np.array([bits_of(v, x) for v, x in zip(vals, t, strict=True)], np.int64)
+            else:
+                tags[c], bits[c] = got
+        return cls(tags, bits, slow)
+
+    def take(self, order: np.ndarray) -> NewEvents:
+        picks = order.tolist()
+        return NewEvents({c: a[order] for c, a in self.tags.items()},
+                         {c: a[order] for c, a in self.bits.items()},
+                         {c: [v[i] for i in picks] for c, v in self.slow.items()})  # fmt: skip
+
+    def record(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as its JSON-safe record (what ``json_value`` gives each field)."""
+        out: dict[str, Any] = {}
+        for c, t in self.tags.items():
+            if c in self.slow:
+                out[c] = self.slow[c][i]
+            else:
+                tag, b = int(t[i]), int(self.bits[c][i])
+                out[c] = None if tag == 0 else b if tag == 1 else _F64.unpack(_Q.pack(b))[0]
+        return out
+
+
+_F64, _Q = struct.Struct("<d"), struct.Struct("<q")
+
+
+def _numeric(col: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """(tags, bits) of an int64 or float64 column at once; None for any other dtype."""
+    dtype = col.dtype
+    if dtype == np.float64:
+        v = col.to_numpy()
+        nan = np.isnan(v)
+        return np.where(nan, 0, 2).astype(np.uint8), np.where(nan, 0, v.view(np.int64))
+    if dtype == np.int64:
+        return np.ones(len(col), np.uint8), col.to_numpy()
+    if isinstance(dtype, pd.Int64Dtype):
+        na = col.isna().to_numpy()
+        return np.where(na, 0, 1).astype(np.uint8), col.to_numpy(dtype=np.int64, na_value=0)
+    return None
+
+
 class Events:
     """Raw events of a batch's keys (sorted by key, time, sequence), decoded at once."""
 
