@@ -98,7 +98,8 @@ def tree_cpu(pid: int) -> float:
 
 QUIX_PYTHON = ROOT / "bench" / ".work" / "quix-venv" / "bin" / "python"
 # the peer's constructs (bench/stream_quix.py): (construct, guarantee, commit interval s).
-# 0.5 s keeps Quix's exactly-once output as fresh as ours (our runners commit every 100 ms);
+# 0.5 s keeps Quix's exactly-once output about as fresh as ours (our runners commit each
+# batch at most 20 ms after its first message);
 # 5 s is Quix's default commit interval, its fastest honest setting.
 QUIX = [
     ("sliding", "exactly-once", 0.5),

@@ -2,10 +2,10 @@
 
 A tile of size ``T`` (microseconds) is the half-open interval ``[i*T, (i+1)*T)``, aligned to
 the epoch. A continuous window of duration ``d`` uses tiles of the largest power of two
-seconds not above ``d/32`` (so at most ~64 whole tiles per window), and, when those are
-2048 s or longer, finer levels by factors of 32 for its two ends; ``forever`` uses a
-hierarchy of sizes, 2**36 s down to 2**6 s by factors of 32, so a prefix ``(-inf, t]`` is at
-most 31 tiles per level plus one 64 s tile of raw events, whatever the history's length.
+seconds not above ``d/32`` (so at most ~64 whole tiles per window), and finer levels by
+factors of 32 for its two ends, down to ``FINEST`` (2 s) or below; ``forever`` uses a
+hierarchy of sizes, 2**36 s down to 2 s by factors of 32, so a prefix ``(-inf, t]`` is at
+most 31 tiles per level plus one 2 s tile of raw events, whatever the history's length.
 
 ``plan(levels, lo, hi)`` splits each query range ``[lo, hi]`` (inclusive, microseconds) into
 whole tiles per level and two raw remainders (the partial tiles at its two ends), for arrays

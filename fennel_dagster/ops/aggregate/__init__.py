@@ -18,8 +18,11 @@ Exactness. The value at time ``t`` aggregates exactly the key's events with even
 in; a late event inside the source's ``disorder`` changes every later lookup, while rows
 already emitted are not retracted. The window is assembled as raw events of the partial tile
 at each end plus whole tiles in between (``tiles.plan``): a continuous window of duration
-``d`` has tiles of ~``d/32`` (and finer levels for its ends when ``d`` is long); ``forever``
-a hierarchy 2**36 s .. 64 s, so a prefix is <= 31 tiles per level. Counts, integer sums, min
+``d`` has tiles of ~``d/32`` and finer levels for its ends, by factors of 32 down to 2 s or
+less; ``forever`` a hierarchy 2**36 s .. 2 s, so a prefix is <= 31 tiles per level. A key
+with hundreds of events a second still reads only a few seconds of raw events per query.
+State written before the 2 s levels (no levels marker in the tiles namespace) keeps the old
+levels (down to 64 s): ``continuous.layout_of``. Counts, integer sums, min
 and max are exact; a float sum is the correctly rounded exact sum (so it can differ in the
 last bits from a left-to-right float sum, but never depends on order or batching); avg and
 stddev are computed from the exact sums (stddev: population). Quantile, distinct, lastk/firstk
@@ -35,7 +38,7 @@ decoded (one ``frombuffer`` per namespace and level), one raw entry per event an
 update per touched tile and level into the ``WriteBatch`` (grouped sums, ``reduceat``), and
 every event's values (prefix sums and ``searchsorted`` per source). Per event: O(1) state
 writes and O(levels) array work; per lookup: <= ~64 tiles + the raw events of two fine edge
-tiles (``forever``: <= 31 tiles per level + one 64 s tile), independent of the history's
+tiles (``forever``: <= 31 tiles per level + one 2 s tile), independent of the history's
 length. Emission: one row per event with the aggregates as of its own time, after the whole
 batch is recorded.
 
