@@ -234,7 +234,7 @@ def _stage1(batches: Iterator[pd.DataFrame], job: plan.PipelineJobSpec) -> Itera
     """The job's stateless first stage, as the engine runs it: rows to the partition of the
     repartition topic they would be sent to (its errors go along, to partition 0)."""
     assert job.repartition is not None
-    logic = PipelineJob(job)
+    logic = PipelineJob(job, own_share=False)  # every row to its partition, stage 2 later
     ts = next(f.name for f in job.repartition.schema if f.timestamp)
 
     def poison(m: InMessage, e: Exception) -> ErrorRecord:

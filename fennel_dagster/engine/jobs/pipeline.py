@@ -31,7 +31,12 @@ from fennel_dagster.wire import plan, spec
 
 
 class PipelineJob:
-    def __init__(self, job: plan.PipelineJobSpec) -> None:
+    """``own_share``: run stage 2 at once for the rows of this partition (the runner); False
+    sends every stage-1 row to the repartition topic (a backfill's stage 1, whose rows are
+    regrouped by partition before stage 2 runs on them)."""
+
+    def __init__(self, job: plan.PipelineJobSpec, own_share: bool = True) -> None:
+        self.own_share = own_share
         self.name = job.name
         self.partitions = job.partitions
         self.pipeline = job.pipeline
@@ -70,7 +75,7 @@ class PipelineJob:
         result = self.executor.run(ds.name, rows, state, stop_at=rp.cut)
         it = Iteration(errors=errors + _row_errors(result, messages[0]), writes=result.writes)
         it.late = result.late
-        away = self._run_own_share(result, messages[0], state, it)
+        away = self._run_own_share(result, messages[0], state, it) if self.own_share else result.rows
         out, bad = encode_rows(
             self.dataset, away, rp.topic, self.partitions, messages[0],
             f"{self.executor.scope} (repartition)", key_fields=rp.keys, fields=rp.schema,
