@@ -157,6 +157,28 @@ class Source:
 
     def locate(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
         """Per bound array: the index of the first entry of the query's key at or after it."""
+        flat = self._locate_flat(qkeys, bounds)
+        return flat if flat is not None else self._locate_ranked(qkeys, bounds)
+
+    def _locate_flat(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray] | None:
+        """``locate`` by one int64 per (key, position): ``key * span + position``, with bounds
+        clipped to just outside the positions held (which changes no answer). None when that
+        would not fit 62 bits (positions spread over ages times many keys)."""
+        if not len(self.pos) or not len(qkeys):
+            return None
+        lo, hi = int(self.pos.min()), int(self.pos.max())
+        span = hi - lo + 3
+        keys = max(int(self.keys.max()), int(qkeys.max())) + 1
+        if span * keys >= 1 << 62 or int(qkeys.min()) < 0:
+            return None
+        mine = self.keys * span + (self.pos - lo + 1)
+        base = qkeys * span
+        return [
+            np.searchsorted(mine, base + (np.clip(b, lo - 1, hi + 1) - lo + 1), "left")
+            for b in bounds
+        ]
+
+    def _locate_ranked(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
         m = len(qkeys)
         allpos = np.concatenate([self.pos, *bounds])
         _, rank = np.unique(allpos, return_inverse=True)
