@@ -312,3 +312,21 @@ def test_a_lookup_reads_a_bounded_number_of_entries(duration: int | None) -> Non
     whole = (len(sizes) * 31 + 2) if duration is None else 64 + 62 * (len(sizes) - 1)
     bound = whole + 2 * (sizes[-1] // US // 60 + 1) + 1
     assert short <= bound and long <= bound, (short, long, bound)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(-3, 20)), max_size=40),
+    st.sampled_from([1, 10**6, 10**16]),
+)
+def test_merge_grouped_is_merge_intervals_per_group(
+    rows: list[tuple[int, int, int]], scale: int
+) -> None:
+    """Every group's union at once equals one merge per group (touching intervals merge,
+    empty ones vanish), at any magnitude: the running maximum works on ranks."""
+    g = np.array([r[0] for r in rows], dtype=np.int64)
+    a = np.array([r[1] for r in rows], dtype=np.int64) * scale
+    b = a + np.array([r[2] for r in rows], dtype=np.int64) * scale
+    got = list(zip(*(x.tolist() for x in tiles.merge_grouped(g, a, b)), strict=True))
+    want = [(k, x, y) for k in range(4) for x, y in tiles.merge_intervals(a[g == k], b[g == k])]
+    assert got == want

@@ -147,5 +147,8 @@ def newest_event_us(rows: pd.DataFrame, ts: str) -> int | None:
     """The newest event time of the rows written (µs since the epoch), for freshness."""
     if ts not in rows.columns or rows.empty:
         return None
-    newest = pd.to_datetime(rows[ts], utc=True, errors="coerce").max()
+    col = rows[ts]
+    if not isinstance(col.dtype, pd.DatetimeTZDtype):  # typed rows are; convert only others
+        col = pd.to_datetime(col, utc=True, errors="coerce")
+    newest = col.max()
     return None if pd.isna(newest) else int(newest.value // 1000)

@@ -40,6 +40,7 @@ from fennel_dagster.ops.aggregate.stats import (
     sorted_table,
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
+from fennel_dagster.ops.columns import utc
 from fennel_dagster.ops.keys import key_prefix
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
@@ -79,30 +80,35 @@ def _compute(
     tile_lo = {s: np.stack([a for a, _ in bs]) for s, bs in tile_bounds.items() if bs}
     tile_hi = {s: np.stack([b for _, b in bs]) for s, bs in tile_bounds.items() if bs}
     starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
-    ends = np.r_[starts[1:], n]
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
     tns = ns + ":tiles"
     raw_items: list[tuple[bytes, bytes]] = []
-    raw_counts: list[int] = []
     tile_items: dict[int, list[tuple[bytes, bytes]]] = {s: [] for s in lay.sizes}
     tile_counts: dict[int, list[int]] = {s: [] for s in lay.sizes}
     group_keys = qk[starts].tolist()
     scan = reader.scan
-    for k, s0, e0 in zip(group_keys, starts.tolist(), ends.tolist(), strict=True):
-        prefix = prefixes[k]
+    # column j of the bounds belongs to query j; every query's intervals are merged per key
+    gids = np.broadcast_to(qk, raw_lo.shape).ravel()
+    g, a, b = tiles.merge_grouped(gids, raw_lo.ravel(), raw_hi.ravel())
+    found = np.zeros(len(ids), dtype=np.int64)
+    for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
         before = len(raw_items)
-        for a, b in tiles.merge_intervals(raw_lo[:, s0:e0].ravel(), raw_hi[:, s0:e0].ravel()):
-            raw_items += scan(ns, entry(prefix, a, 0), entry(prefix, b, 0))
-        raw_counts.append(len(raw_items) - before)
-        for size in tile_lo:
-            got = tile_items[size]
+        raw_items += scan(ns, entry(prefixes[k], x, 0), entry(prefixes[k], y, 0))
+        found[k] += len(raw_items) - before
+    raw_counts = found.tolist()  # ids are 0..len(ids)-1, in the order of group_keys
+    for size in tile_lo:
+        got = tile_items[size]
+        g, a, b = tiles.merge_grouped(
+            np.broadcast_to(qk, tile_lo[size].shape).ravel(),
+            tile_lo[size].ravel(), tile_hi[size].ravel(),
+        )  # fmt: skip
+        found = np.zeros(len(ids), dtype=np.int64)
+        for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
             before = len(got)
-            for a, b in tiles.merge_intervals(
-                tile_lo[size][:, s0:e0].ravel(), tile_hi[size][:, s0:e0].ravel()
-            ):
-                got += scan(tns, tile_key(prefix, size, a), tile_key(prefix, size, b))
-            tile_counts[size].append(len(got) - before)
+            got += scan(tns, tile_key(prefixes[k], size, x), tile_key(prefixes[k], size, y))
+            found[k] += len(got) - before
+        tile_counts[size] = found.tolist()
     gk = np.array(group_keys, dtype=np.int64)
     events = Events.decode(lay, np.repeat(gk, raw_counts), raw_items)
     levels = {s: decode_tiles(lay, np.repeat(gk, tile_counts[s]), tile_items[s]) for s in tile_lo}
@@ -358,11 +364,11 @@ def run_continuous(
     lay = layout_of(node, reader, ns, wb)
     cols = of_columns(node)
     keys = key_tuples(df, node.keys)
-    stamps = pd.to_datetime(df[ts_col], utc=True)
-    us = (stamps.dt.as_unit("ns").astype("int64") // 1000).to_numpy(dtype=np.int64)
+    stamps = utc(df[ts_col])
+    us = stamps.array.asi8 // 1000
     out_vals = _compute(lay, reader, ns, keys, us, NewEvents.of(df, cols), wb)
     out = df[list(node.keys)].reset_index(drop=True).copy()
     for a in node.aggs:
         out[a.into] = pd.Series(out_vals[a.into], dtype=object)
-    out[ts_col] = stamps.reset_index(drop=True)
+    out[ts_col] = stamps
     return out

@@ -95,6 +95,9 @@ def record_events(
 
 def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     """Each row's group key as a tuple of JSON-safe values (the state key's prefix)."""
+    cols = [df[k] for k in keys]
+    if cols and all(c.dtype == np.int64 for c in cols):  # plain ints: JSON as they are
+        return list(zip(*(c.tolist() for c in cols), strict=True))
     rows = df[list(keys)].astype(object).to_numpy().tolist()
     return [tuple(json_value(v) for v in row) for row in rows]
 
