@@ -13,6 +13,7 @@ servers, which check their tokens.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import socket
@@ -69,6 +70,12 @@ class NoStateYet(LookupFailed):
     """The partition's runner has not written state yet: every key is absent."""
 
 
+class StateMoved(LookupFailed):
+    """The partition's state directory vanished mid-read: the partition is being handed to
+    another engine (its runner stopped here and its state was cleared). The caller retries,
+    as for any partition in motion, and finds the new owner."""
+
+
 class Followers:
     """Secondary hangars of owned partitions, opened lazily, caught up only when their
     primary has written since (a catch-up costs ~8 ms here; a fingerprint check ~50 µs)."""
@@ -90,12 +97,26 @@ class Followers:
                 scratch = self.scratch / f"{job.hash[:12]}-{partition}"
                 entry = _Follower(Hangar.open_secondary(path, scratch))
                 self._open[key] = entry
-        with entry.lock:
-            version = entry.hangar.primary_version()
-            if version != entry.seen:
-                entry.hangar.catch_up()
-                entry.seen = version
-            return fn(entry.hangar)
+        try:
+            with entry.lock:
+                version = entry.hangar.primary_version()
+                if version != entry.seen:
+                    entry.hangar.catch_up()
+                    entry.seen = version
+                return fn(entry.hangar)
+        except Exception as e:
+            path = self.path_of(job, partition)
+            if (path / "CURRENT").exists():
+                raise
+            with self._lock:  # reopened if the partition comes back
+                gone = self._open.pop(key, None)
+            if gone is not None:
+                with gone.lock, contextlib.suppress(Exception):
+                    gone.hangar.close()
+            raise StateMoved(
+                f"partition {partition} of {job.name} left this engine mid-read "
+                f"({type(e).__name__})"
+            ) from e
 
     def drop(self, keep: set[tuple[str, int]]) -> None:
         with self._lock:
@@ -174,6 +195,8 @@ def serve(
                                          lambda h: answer_records(h, job, keys, stamps, fields))  # fmt: skip
         except NoStateYet:
             return 200, {"rows": [{} for _ in keys], "found": [False] * len(keys)}
+        except StateMoved as e:  # as for a partition not owned: the caller retries
+            return 409, {"error": str(e)}
         return 200, {"rows": rows, "found": found}
 
     def answer_each(reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:

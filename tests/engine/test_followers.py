@@ -29,3 +29,37 @@ def test_a_follower_reads_each_write_of_its_primary_at_once(tmp_path: Path) -> N
     finally:
         followers.drop(set())
         primary.close()
+
+
+def test_a_partition_whose_state_left_mid_read_is_in_motion_not_an_error(tmp_path: Path) -> None:
+    """A partition handed to another engine loses its state directory here while a lookup
+    may still be routed to it: the read says the partition moved (the caller retries and
+    finds the new owner, HTTP 409), not a FileNotFoundError as a failed lookup; and a
+    partition that comes back is read afresh."""
+    import shutil
+
+    import pytest
+
+    from fennel_dagster.engine.lookup_server import StateMoved
+
+    path = tmp_path / "primary"
+    primary = Hangar(path)
+    job = SimpleNamespace(hash="f" * 64, name="job")
+    followers = Followers(lambda j, p: path)
+    batch = WriteBatch()
+    batch.put("ns", b"key", b"1")
+    primary.apply(batch, offsets={("topic", 0): 1})
+    try:
+        assert followers.read(job, 0, lambda h: h.get("ns", b"key")) == b"1"  # type: ignore[arg-type]
+        primary.close()
+        shutil.rmtree(path)
+        with pytest.raises(StateMoved, match="partition 0 of job left this engine"):
+            followers.read(job, 0, lambda h: h.get("ns", b"key"))  # type: ignore[arg-type]
+        primary = Hangar(path)  # the partition is back here, with new state
+        batch = WriteBatch()
+        batch.put("ns", b"key", b"2")
+        primary.apply(batch, offsets={("topic", 0): 2})
+        assert followers.read(job, 0, lambda h: h.get("ns", b"key")) == b"2"  # type: ignore[arg-type]
+    finally:
+        followers.drop(set())
+        primary.close()
