@@ -156,3 +156,23 @@ def test_same_events_in_any_batching_and_order_give_the_same_state(rows, rnd, pi
     for uid in (1, 2, 3):
         for hours in (0, 2.5, 5, 11):
             assert lookup(one, p, uid, hours) == lookup(many, p, uid, hours)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=20),
+    st.sampled_from(["int64", "Int64"]),
+)
+def test_key_tuples_of_int_columns_equal_the_json_road(values: list[int | None], dtype: str) -> None:
+    """The int road of ``key_tuples`` gives the very tuples (and Python types) of the
+    ``json_value`` road: state keys must not depend on which road a batch took."""
+    from fennel_dagster.ops.aggregate.events import key_tuples
+    from fennel_dagster.ops.rows import json_value
+
+    if dtype == "int64":
+        values = [v if v is not None else 0 for v in values]
+    df = pd.DataFrame({"k": pd.array(values, dtype=dtype), "j": pd.array(values, dtype=dtype)})
+    want = [tuple(json_value(v) for v in row) for row in df.astype(object).to_numpy().tolist()]
+    got = key_tuples(df, ["k", "j"])
+    assert got == want
+    assert [tuple(map(type, t)) for t in got] == [tuple(map(type, t)) for t in want]

@@ -93,10 +93,15 @@ def record_events(
         wb.put(ns, entry_key(kv, us, seq), dumps(rec))
 
 
+def _plain_ints(col: pd.Series) -> bool:
+    """int64 values, none missing: ``tolist`` gives the Python ints ``json_value`` would."""
+    return col.dtype == np.int64 or (col.dtype == pd.Int64Dtype() and not col.hasnans)
+
+
 def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     """Each row's group key as a tuple of JSON-safe values (the state key's prefix)."""
     cols = [df[k] for k in keys]
-    if cols and all(c.dtype == np.int64 for c in cols):  # plain ints: JSON as they are
+    if cols and all(_plain_ints(c) for c in cols):  # JSON as they are
         return list(zip(*(c.tolist() for c in cols), strict=True))
     rows = df[list(keys)].astype(object).to_numpy().tolist()
     return [tuple(json_value(v) for v in row) for row in rows]
