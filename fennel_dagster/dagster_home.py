@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
 
 from fennel_dagster.settings import Settings
 
+LAUNCH_DEADLINE_S = 180  # Dagster's gRPC deadline for the processes we start (its default: 60)
 _REPO_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
 
 
@@ -19,9 +21,12 @@ def dagster_yaml_source() -> Path:
 
 
 def prepare_dagster_home(settings: Settings) -> dict[str, str]:
-    """Create DAGSTER_HOME with our dagster.yaml; returns the env var a Dagster process needs
+    """Create DAGSTER_HOME with our dagster.yaml; returns the env vars a Dagster process needs
     (its storage finds Postgres from the settings themselves: ``resources.storage``)."""
     home = settings.dagster_home_path
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(dagster_yaml_source(), home / "dagster.yaml")
-    return {"DAGSTER_HOME": str(home)}
+    # Launching a run waits for its worker to load the code; with tens of engine runs
+    # spawning at once on a few cores that outlasts Dagster's 60 s gRPC deadline
+    timeout = os.environ.get("DAGSTER_GRPC_TIMEOUT_SECONDS", str(LAUNCH_DEADLINE_S))
+    return {"DAGSTER_HOME": str(home), "DAGSTER_GRPC_TIMEOUT_SECONDS": timeout}
