@@ -77,7 +77,9 @@ class OverlayReader:
     def narrowed(self, namespaces: Container[str]) -> StateReader:
         """This view for reads of ``namespaces`` only: the state itself when nothing pending
         touches them (no merge per scan), else an overlay of just their pending writes."""
-        base = self._base.narrowed(namespaces) if isinstance(self._base, OverlayReader) else self._base
+        base = (
+            self._base.narrowed(namespaces) if isinstance(self._base, OverlayReader) else self._base
+        )
         mine = {k: v for k, v in self._pending.puts.items() if k[0] in namespaces}
         return OverlayReader(base, WriteBatch(mine)) if mine else base
 

@@ -206,25 +206,10 @@ def range_reduce(
     return out
 
 
-def merge_intervals(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
-    """The union of half-open intervals ``[a[i], b[i])`` as sorted disjoint intervals."""
-    out: list[tuple[int, int]] = []
-    for x, y in sorted(zip(a.tolist(), b.tolist(), strict=True)):
-        if x >= y:
-            continue
-        if out and x <= out[-1][1]:
-            if y > out[-1][1]:
-                out[-1] = (out[-1][0], y)
-        else:
-            out.append((x, y))
-    return out
-
-
 def merge_grouped(
     gid: np.ndarray, a: np.ndarray, b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``merge_intervals`` for every group at once: ``(group, start, end)`` of the union of
-    each group's half-open intervals ``[a[i], b[i])``, ordered by group, then start. Values
+    """``(group, start, end)`` of the union of each group's half-open intervals ``[a[i], b[i])``, ordered by group, then start. Values
     are ranked first, so a running maximum over ``group * width + rank`` never crosses a
     group and never overflows, whatever the magnitudes."""
     keep = a < b
@@ -232,19 +217,15 @@ def merge_grouped(
     if not len(a):
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
-    _, rank = np.unique(np.concatenate([a, b]), return_inverse=True)
-    width = np.int64(rank.max() + 1)
+    values, rank = np.unique(np.concatenate([a, b]), return_inverse=True)
+    width = np.int64(len(values))
     ra, rb = rank[: len(a)], rank[len(a) :]
     order = np.lexsort((ra, gid))
-    g, ra, rb, a, b = gid[order], ra[order], rb[order], a[order], b[order]
+    g, ra, rb, a = gid[order], ra[order], rb[order], a[order]
     reach = np.maximum.accumulate(g.astype(np.int64) * width + rb)
     first = np.r_[True, (g[1:] != g[:-1]) | (g[1:] * width + ra[1:] > reach[:-1])]
     starts = np.flatnonzero(first)
     last = np.r_[starts[1:], len(a)] - 1
-    ends_rank = reach[last] - g[last] * width
-    ends = np.empty(len(starts), dtype=np.int64)
-    # the end of a run is the largest b in it: its rank maps back through b's own values
-    by_rank = np.empty(width, dtype=np.int64)
-    by_rank[rb] = b
-    ends[:] = by_rank[ends_rank]
+    # a run ends at its largest b, whose rank the running maximum carries
+    ends = values[reach[last] - g[last] * width].astype(np.int64)
     return g[starts].astype(np.int64), a[starts].astype(np.int64), ends

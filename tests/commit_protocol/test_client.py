@@ -51,7 +51,9 @@ def test_a_rejected_commit_lists_every_error_and_changes_nothing(
     assert_invariants(client)  # and Kafka/S3 hold exactly the referenced assets
 
 
-def test_clone_copies_references_only_and_branches_diverge(client: LocalClient, schema: str) -> None:
+def test_clone_copies_references_only_and_branches_diverge(
+    client: LocalClient, schema: str
+) -> None:
     client.commit("v1", GRAPHS["v1"]())
 
     def bank_size() -> int:

@@ -127,7 +127,9 @@ def test_dropped_postgres_connection_fails_clearly_and_recovery_cleans_up(
     assert {d.name for d in client.checkout("main").datasets} == {"S", "T"}  # type: ignore[union-attr]
 
 
-def test_two_processes_committing_to_one_branch_lose_no_update(client: LocalClient, schema: str) -> None:
+def test_two_processes_committing_to_one_branch_lose_no_update(
+    client: LocalClient, schema: str
+) -> None:
     prepare(client)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [

@@ -223,7 +223,8 @@ def test_an_s3_sink_gets_every_row_once_across_a_writer_restart(
         writer.join(30)
         fleet.stop()
     assert_exactly(
-        read_sink(s, sink_bucket, "lake/txn/"), pd.concat([first, more], ignore_index=True),
+        read_sink(s, sink_bucket, "lake/txn/"),
+        pd.concat([first, more], ignore_index=True),
         _places(s, src),
     )
     # the platform's bucket holds no table for the sink: it is at the sink's location only

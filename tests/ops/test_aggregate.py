@@ -163,7 +163,9 @@ def test_same_events_in_any_batching_and_order_give_the_same_state(rows, rnd, pi
     st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=20),
     st.sampled_from(["int64", "Int64"]),
 )
-def test_key_tuples_of_int_columns_equal_the_json_road(values: list[int | None], dtype: str) -> None:
+def test_key_tuples_of_int_columns_equal_the_json_road(
+    values: list[int | None], dtype: str
+) -> None:
     """The int road of ``key_tuples`` gives the very tuples (and Python types) of the
     ``json_value`` road: state keys must not depend on which road a batch took."""
     from fennel_dagster.ops.aggregate.events import key_tuples

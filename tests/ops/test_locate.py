@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.stats import Source
 
-positions = st.one_of(st.integers(-50, 50), st.integers(1_700_000_000_000_000, 1_700_000_000_000_100))
+positions = st.one_of(
+    st.integers(-50, 50), st.integers(1_700_000_000_000_000, 1_700_000_000_000_100)
+)
 bounds = st.one_of(positions, st.just(tiles.NEG_INF), st.just(2**62))
 
 

@@ -319,7 +319,7 @@ def test_a_lookup_reads_a_bounded_number_of_entries(duration: int | None) -> Non
     st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(-3, 20)), max_size=40),
     st.sampled_from([1, 10**6, 10**16]),
 )
-def test_merge_grouped_is_merge_intervals_per_group(
+def test_merge_grouped_is_a_sorted_merge_per_group(
     rows: list[tuple[int, int, int]], scale: int
 ) -> None:
     """Every group's union at once equals one merge per group (touching intervals merge,
@@ -328,5 +328,18 @@ def test_merge_grouped_is_merge_intervals_per_group(
     a = np.array([r[1] for r in rows], dtype=np.int64) * scale
     b = a + np.array([r[2] for r in rows], dtype=np.int64) * scale
     got = list(zip(*(x.tolist() for x in tiles.merge_grouped(g, a, b)), strict=True))
-    want = [(k, x, y) for k in range(4) for x, y in tiles.merge_intervals(a[g == k], b[g == k])]
+    want = [(k, x, y) for k in range(4) for x, y in merge_sorted(a[g == k], b[g == k])]
     assert got == want
+
+
+def merge_sorted(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """The oracle: the union of ``[a[i], b[i])`` by one pass over the sorted intervals."""
+    out: list[tuple[int, int]] = []
+    for x, y in sorted(zip(a.tolist(), b.tolist(), strict=True)):
+        if x >= y:
+            continue
+        if out and x <= out[-1][1]:
+            out[-1] = (out[-1][0], max(y, out[-1][1]))
+        else:
+            out.append((x, y))
+    return out

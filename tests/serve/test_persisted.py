@@ -11,7 +11,12 @@ from fennel_dagster.serve.persisted import PersistedQueries, PersistedQueryNotFo
 
 
 def _ext(doc: str, version: int = 1) -> dict:
-    return {"persistedQuery": {"version": version, "sha256Hash": hashlib.sha256(doc.encode()).hexdigest()}}
+    return {
+        "persistedQuery": {
+            "version": version,
+            "sha256Hash": hashlib.sha256(doc.encode()).hexdigest(),
+        }
+    }
 
 
 def test_a_document_is_kept_by_its_hash_and_the_least_recently_used_goes_first() -> None:

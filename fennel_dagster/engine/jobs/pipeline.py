@@ -75,7 +75,9 @@ class PipelineJob:
         result = self.executor.run(ds.name, rows, state, stop_at=rp.cut)
         it = Iteration(errors=errors + _row_errors(result, messages[0]), writes=result.writes)
         it.late = result.late
-        away = self._run_own_share(result, messages[0], state, it) if self.own_share else result.rows
+        away = (
+            self._run_own_share(result, messages[0], state, it) if self.own_share else result.rows
+        )
         out, bad = encode_rows(
             self.dataset, away, rp.topic, self.partitions, messages[0],
             f"{self.executor.scope} (repartition)", key_fields=rp.keys, fields=rp.schema,

@@ -172,7 +172,10 @@ class SourceJob:
         return it
 
     def _emit(
-        self, rows: list[dict[str, Any]], sources: list[InMessage], deleted: list[bool],
+        self,
+        rows: list[dict[str, Any]],
+        sources: list[InMessage],
+        deleted: list[bool],
         it: Iteration,
     ) -> None:
         """Good rows as batch messages of the dataset's topic: by key, or (keyless) to this
@@ -180,7 +183,10 @@ class SourceJob:
         self._emit_frame(from_records(rows, self.dataset.fields), sources, deleted, it)
 
     def _emit_frame(
-        self, frame: pd.DataFrame, sources: list[InMessage], deleted: list[bool] | None,
+        self,
+        frame: pd.DataFrame,
+        sources: list[InMessage],
+        deleted: list[bool] | None,
         it: Iteration,
     ) -> None:
         keyless = sources[0].partition % self.partitions

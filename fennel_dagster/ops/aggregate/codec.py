@@ -126,7 +126,10 @@ def packed_tiles(
         c = np.add.reduceat(st["c"], starts)
         fc = np.add.reduceat(st["fc"], starts)
         arr[f"c{j}"], arr[f"fc{j}"] = c, fc
-        for n, e, lo, hi, at in (("sn", "se", "sl", "sh", scale), ("qn", "qe", "ql", "qh", 2 * scale)):
+        for n, e, lo, hi, at in (
+            ("sn", "se", "sl", "sh", scale),
+            ("qn", "qe", "ql", "qh", 2 * scale),
+        ):
             aligned = align(st[n], st[e], at, total)
             if aligned.dtype == object:
                 return None

@@ -3,7 +3,7 @@ aggregation at each (key, time) query, assembled from raw edge events and whole 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,33 @@ from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
 
+def _scan_merged(
+    reader: StateReader,
+    ns: str,
+    qk: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    keys: int,
+    key_at: Callable[[int, int], bytes],
+) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+    """The entries of ``ns`` in every query's ``[lo, hi)`` (column j: query j, of key id
+    ``qk[j]``), each key's intervals merged first so no entry is read twice; returns them in
+    key-id order and how many each key id got."""
+    g, a, b = tiles.merge_grouped(np.broadcast_to(qk, lo.shape).ravel(), lo.ravel(), hi.ravel())
+    items: list[tuple[bytes, bytes]] = []
+    found = np.zeros(keys, dtype=np.int64)
+    scan = reader.scan
+    for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
+        before = len(items)
+        items += scan(ns, key_at(k, x), key_at(k, y))
+        found[k] += len(items) - before
+    return items, found.tolist()
+
+
+def _tile_at(prefixes: list[bytes], size: int) -> Callable[[int, int], bytes]:
+    return lambda k, t: tile_key(prefixes[k], size, t)
+
+
 def _compute(
     lay: Layout,
     reader: StateReader,
@@ -83,35 +110,17 @@ def _compute(
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
     tns = ns + ":tiles"
-    raw_items: list[tuple[bytes, bytes]] = []
-    tile_items: dict[int, list[tuple[bytes, bytes]]] = {s: [] for s in lay.sizes}
-    tile_counts: dict[int, list[int]] = {s: [] for s in lay.sizes}
-    group_keys = qk[starts].tolist()
-    scan = reader.scan
+    gk = qk[starts]
     # column j of the bounds belongs to query j; every query's intervals are merged per key
-    gids = np.broadcast_to(qk, raw_lo.shape).ravel()
-    g, a, b = tiles.merge_grouped(gids, raw_lo.ravel(), raw_hi.ravel())
-    found = np.zeros(len(ids), dtype=np.int64)
-    for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
-        before = len(raw_items)
-        raw_items += scan(ns, entry(prefixes[k], x, 0), entry(prefixes[k], y, 0))
-        found[k] += len(raw_items) - before
-    raw_counts = found.tolist()  # ids are 0..len(ids)-1, in the order of group_keys
-    for size in tile_lo:
-        got = tile_items[size]
-        g, a, b = tiles.merge_grouped(
-            np.broadcast_to(qk, tile_lo[size].shape).ravel(),
-            tile_lo[size].ravel(), tile_hi[size].ravel(),
-        )  # fmt: skip
-        found = np.zeros(len(ids), dtype=np.int64)
-        for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
-            before = len(got)
-            got += scan(tns, tile_key(prefixes[k], size, x), tile_key(prefixes[k], size, y))
-            found[k] += len(got) - before
-        tile_counts[size] = found.tolist()
-    gk = np.array(group_keys, dtype=np.int64)
+    raw_items, raw_counts = _scan_merged(
+        reader, ns, qk, raw_lo, raw_hi, len(ids), lambda k, t: entry(prefixes[k], t, 0)
+    )
     events = Events.decode(lay, np.repeat(gk, raw_counts), raw_items)
-    levels = {s: decode_tiles(lay, np.repeat(gk, tile_counts[s]), tile_items[s]) for s in tile_lo}
+    levels = {}
+    for size in tile_lo:
+        items, counts = _scan_merged(reader, tns, qk, tile_lo[size], tile_hi[size], len(ids),
+                                     _tile_at(prefixes, size))  # fmt: skip
+        levels[size] = decode_tiles(lay, np.repeat(gk, counts), items)
     if new is not None:
         assert wb is not None
         events = _record(lay, ns, tns, prefixes, events, levels, qk, hi, new.take(order), by_id,
