@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import (
@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     state_dir: Path | None = None  # default: home/state
     # Engine runners: freshness vs throughput, snapshots, and the fleet's lease
     engine_batch_size: int = 5000  # max messages in one transaction
+    # RocksDB of each job partition's state (engine/rocks_tuning.py): a cache per partition
+    engine_rocksdb_block_cache_mb: int = Field(default=32, ge=0)
+    engine_rocksdb_write_buffer_mb: int = Field(default=64, ge=1)
+    engine_rocksdb_compression: Literal["none", "snappy", "lz4", "zstd"] = "snappy"
+    engine_rocksdb_bloom_bits_per_key: int = Field(default=0, ge=0)
     engine_txn_interval_ms: int = 20  # how long a batch fills after its first message
     engine_snapshot_interval_s: float = 30.0
     engine_snapshots_kept: int = 3

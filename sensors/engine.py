@@ -44,6 +44,7 @@ from fennel_dagster.commit.catalog import asset_path
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
 from fennel_dagster.metadata import registry, tokens
@@ -122,7 +123,9 @@ def serve_lookups(
     stop: threading.Event,
 ) -> threading.Thread:
     """This run's lookup endpoint, registered as an endpoint-only engine (id ``run:...``)."""
-    followers = Followers(lambda j, p: state_path(settings, home, j.name, p))
+    followers = Followers(
+        lambda j, p: state_path(settings, home, j.name, p), RocksTuning.of(settings)
+    )
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
         migrate(conn)
         secret = tokens.service_secret(conn)

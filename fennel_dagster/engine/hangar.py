@@ -24,6 +24,7 @@ from rocksdict import AccessType, Checkpoint, Options, Rdict
 from rocksdict import WriteBatch as RocksBatch
 
 from fennel_dagster.engine.failures import RecoveryError
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.ops.state import WriteBatch
 
 META = "__meta__"
@@ -32,19 +33,16 @@ _OFFSETS = b"offsets"
 _MARKER = b"marker"
 
 
-def _options() -> Options:
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    opts.create_missing_column_families(True)
-    return opts
-
-
 class Hangar:
     """The state store of one job partition; implements ``StateStore``."""
 
-    def __init__(self, path: Path, secondary: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, secondary: Path | None = None, tuning: RocksTuning | None = None
+    ) -> None:
         self.path = Path(path)
         self.secondary = secondary
+        self.tuning = tuning or RocksTuning()
+        self._cache = self.tuning.cache()
         self._watched: list[str] = []  # primary_version's files, as last listed
         self._listed_at: int | None = None  # the directory's mtime then
         self._listed_wall = 0  # and the time of that listing (ns since the epoch)
@@ -53,23 +51,29 @@ class Hangar:
         self._open()
 
     @classmethod
-    def open_secondary(cls, path: Path, scratch: Path) -> Hangar:
-        return cls(path, secondary=scratch)
+    def open_secondary(cls, path: Path, scratch: Path, tuning: RocksTuning | None = None) -> Hangar:
+        return cls(path, secondary=scratch, tuning=tuning)
+
+    def _options(self) -> Options:
+        return self.tuning.family(self._cache)
 
     def _open(self) -> None:
         families = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
-        cfs = {name: Options(raw_mode=True) for name in families if name != "default"}
+        cfs = {name: self._options() for name in families if name != "default"}
         if self.secondary is not None:
             self.secondary.mkdir(parents=True, exist_ok=True)
             self._db = Rdict(
                 str(self.path),
-                Options(raw_mode=True),
+                self._options(),
                 column_families=cfs,
                 access_type=AccessType.secondary(str(self.secondary)),
             )
         else:
+            opts = self._options()
+            opts.create_if_missing(True)
+            opts.create_missing_column_families(True)
             try:
-                self._db = Rdict(str(self.path), _options(), column_families=cfs)
+                self._db = Rdict(str(self.path), opts, column_families=cfs)
             except Exception as e:
                 if "lock" not in str(e).lower():
                     raise
@@ -102,7 +106,7 @@ class Hangar:
     def _family(self, namespace: str, create: bool = False) -> Any:
         fam = self._families.get(namespace)
         if fam is None and create:
-            fam = self._db.create_column_family(namespace, Options(raw_mode=True))
+            fam = self._db.create_column_family(namespace, self._options())
             self._families[namespace] = fam
             self._handles[namespace] = self._db.get_column_family_handle(namespace)
         return fam

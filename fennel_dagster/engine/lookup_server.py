@@ -39,6 +39,7 @@ from fennel_dagster.engine import metrics
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.lookup_client import ENGINE_KEEPALIVE_S, SERVICE_HEADER
 from fennel_dagster.engine.lookups import answer_records
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.query.lookup import LookupFailed
 
@@ -80,8 +81,11 @@ class Followers:
     """Secondary hangars of owned partitions, opened lazily, caught up only when their
     primary has written since (a catch-up costs ~8 ms here; a fingerprint check ~50 µs)."""
 
-    def __init__(self, path_of: Callable[[JobRow, int], Path]) -> None:
+    def __init__(
+        self, path_of: Callable[[JobRow, int], Path], tuning: RocksTuning | None = None
+    ) -> None:
         self.path_of = path_of
+        self.tuning = tuning
         self.scratch = Path(tempfile.mkdtemp(prefix="fd-lookup-"))
         self._open: dict[tuple[str, int], _Follower] = {}
         self._lock = threading.Lock()
@@ -95,7 +99,7 @@ class Followers:
                 if not (path / "CURRENT").exists():
                     raise NoStateYet(f"partition {partition} of {job.name} has no state yet")
                 scratch = self.scratch / f"{job.hash[:12]}-{partition}"
-                entry = _Follower(Hangar.open_secondary(path, scratch))
+                entry = _Follower(Hangar.open_secondary(path, scratch, self.tuning))
                 self._open[key] = entry
         try:
             with entry.lock:

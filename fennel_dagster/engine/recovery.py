@@ -22,6 +22,7 @@ from fennel_dagster.engine.failures import RecoveryError
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.messages import InMessage, Iteration
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.ops.state import OverlayReader, WriteBatch
 from fennel_dagster.settings import Settings
@@ -37,7 +38,7 @@ class Replayed:
 
 
 def open_state(
-    store: SnapshotStore, path: Path, job: str, partition: int
+    store: SnapshotStore, path: Path, job: str, partition: int, tuning: RocksTuning | None = None
 ) -> tuple[Hangar, str | None]:
     """The partition's hangar: the local one if it finished opening before for this
     incarnation of the job, else restored from the newest snapshot (or empty). Returns the
@@ -57,7 +58,7 @@ def open_state(
         restored = store.restore_latest(job, partition, path)
         path.mkdir(parents=True, exist_ok=True)
         ready.write_text(incarnation)
-    return Hangar(path), restored
+    return Hangar(path, tuning=tuning), restored
 
 
 class Recovery:

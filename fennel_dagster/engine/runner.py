@@ -45,6 +45,7 @@ from fennel_dagster.engine.metrics import runner_metrics
 from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
 from fennel_dagster.engine.restarts import RestartWatch, transient
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.snapshotting import Snapshotter
 from fennel_dagster.metadata import registry, stream_stats
@@ -153,7 +154,7 @@ class Runner:
         except KafkaException as e:
             raise Fenced(f"{self.txn_id}: init_transactions failed: {e}") from e
         hangar, self.stats.restored_snapshot = open_state(
-            self.store, self.path, self.job.name, self.partition
+            self.store, self.path, self.job.name, self.partition, RocksTuning.of(self.settings)
         )
         consumer = kafka_clients.consumer(self.settings, self.group)
         try:

@@ -40,6 +40,7 @@ from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.pipeline import PipelineJob
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, OutRecord
 from fennel_dagster.engine.recovery import read_markers
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.ops.state import WriteBatch
 from fennel_dagster.settings import Settings
@@ -100,7 +101,7 @@ def seed_partition(
     group = kafka_clients.consumer(settings, f"{job.name}.p{partition}")
     markers: list[int] = []
     with tempfile.TemporaryDirectory(prefix="fd-seed-") as tmp:
-        hangar = Hangar(Path(tmp) / "state")
+        hangar = Hangar(Path(tmp) / "state", tuning=RocksTuning.of(settings))
         try:
             chunk = _Chunk()
             number = 0

@@ -30,6 +30,7 @@ from fennel_dagster.engine import metrics
 from fennel_dagster.engine.forking import become_runner, runner_context, start_server
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
+from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
 from fennel_dagster.heap import freeze_startup_heap
@@ -215,7 +216,8 @@ class Supervisor:
             return run.job if run is not None else None
 
         self.followers = Followers(
-            lambda j, p: state_path(self.settings, self.engine_id, j.name, p)
+            lambda j, p: state_path(self.settings, self.engine_id, j.name, p),
+            RocksTuning.of(self.settings),
         )
         secret = tokens.service_secret(self._conn)
         self.server = serve(

@@ -1,0 +1,63 @@
+"""RocksDB options of a job partition's state, from typed settings (``engine_rocksdb_*``).
+
+One block cache per database, shared by its column families (a hangar's namespaces), so a
+partition's read cache has one size whatever its number of operators. Bloom filters serve
+the point reads of lookups and joins; range scans (windows, tiles) read through the cache.
+Compression applies to new files only: a database written under another keeps working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options
+
+from fennel_dagster.settings import Settings
+
+Compression = Literal["none", "snappy", "lz4", "zstd"]
+
+_COMPRESSION = {
+    "none": DBCompressionType.none,
+    "snappy": DBCompressionType.snappy,
+    "lz4": DBCompressionType.lz4,
+    "zstd": DBCompressionType.zstd,
+}
+MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class RocksTuning:
+    # RocksDB's own defaults, except that the cache is the database's, not each family's
+    block_cache_mb: int = 32
+    write_buffer_mb: int = 64
+    compression: Compression = "snappy"
+    bloom_bits_per_key: int = 0  # 0: no filter (windows range-scan; lookups would use one)
+
+    @classmethod
+    def of(cls, settings: Settings) -> RocksTuning:
+        return cls(
+            block_cache_mb=settings.engine_rocksdb_block_cache_mb,
+            write_buffer_mb=settings.engine_rocksdb_write_buffer_mb,
+            compression=settings.engine_rocksdb_compression,
+            bloom_bits_per_key=settings.engine_rocksdb_bloom_bits_per_key,
+        )
+
+    def cache(self) -> Cache:
+        """The database's block cache, to share among its families' options."""
+        return Cache(self.block_cache_mb * MB)
+
+    def family(self, cache: Cache) -> Options:
+        """Options of one column family (``Options`` for the database's default family too)."""
+        opts = Options(raw_mode=True)
+        table = BlockBasedOptions()
+        if self.block_cache_mb > 0:
+            table.set_block_cache(cache)
+        else:
+            table.disable_cache()
+        if self.bloom_bits_per_key > 0:
+            table.set_bloom_filter(self.bloom_bits_per_key, False)
+        opts.set_block_based_table_factory(table)
+        opts.set_write_buffer_size(self.write_buffer_mb * MB)
+        opts.set_compression_type(_COMPRESSION[self.compression]())
+        return opts
