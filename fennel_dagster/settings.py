@@ -56,6 +56,9 @@ def settings_file() -> Path | None:
     return None
 
 
+RocksCompression = Literal["none", "snappy", "lz4", "zstd"]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
@@ -98,7 +101,7 @@ class Settings(BaseSettings):
     # RocksDB of each job partition's state (engine/rocks_tuning.py): a cache per partition
     engine_rocksdb_block_cache_mb: int = Field(default=32, ge=0)
     engine_rocksdb_write_buffer_mb: int = Field(default=64, ge=1)
-    engine_rocksdb_compression: Literal["none", "snappy", "lz4", "zstd"] = "snappy"
+    engine_rocksdb_compression: RocksCompression = "snappy"
     engine_rocksdb_bloom_bits_per_key: int = Field(default=0, ge=0)
     engine_txn_interval_ms: int = 20  # how long a batch fills after its first message
     engine_snapshot_interval_s: float = 30.0

@@ -9,13 +9,10 @@ Compression applies to new files only: a database written under another keeps wo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options
 
-from fennel_dagster.settings import Settings
-
-Compression = Literal["none", "snappy", "lz4", "zstd"]
+from fennel_dagster.settings import RocksCompression, Settings
 
 _COMPRESSION = {
     "none": DBCompressionType.none,
@@ -31,7 +28,7 @@ class RocksTuning:
     # RocksDB's own defaults, except that the cache is the database's, not each family's
     block_cache_mb: int = 32
     write_buffer_mb: int = 64
-    compression: Compression = "snappy"
+    compression: RocksCompression = "snappy"
     bloom_bits_per_key: int = 0  # 0: no filter (windows range-scan; lookups would use one)
 
     @classmethod

@@ -72,3 +72,13 @@ def test_an_unknown_compression_names_the_setting(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("FENNEL_ENGINE_ROCKSDB_COMPRESSION", "gzip")
     with pytest.raises(ValidationError, match="engine_rocksdb_compression"):
         Settings()
+
+
+def test_a_hangar_opened_without_settings_gets_the_settings_defaults() -> None:
+    fields = Settings.model_fields
+    assert RocksTuning() == RocksTuning(
+        block_cache_mb=fields["engine_rocksdb_block_cache_mb"].default,
+        write_buffer_mb=fields["engine_rocksdb_write_buffer_mb"].default,
+        compression=fields["engine_rocksdb_compression"].default,
+        bloom_bits_per_key=fields["engine_rocksdb_bloom_bits_per_key"].default,
+    )
