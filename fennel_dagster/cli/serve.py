@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any
 
@@ -66,14 +67,17 @@ def run(args: argparse.Namespace) -> int:
         uvicorn.run(build_app(s, processes=args.executors), **options)
         return 0
     from fennel_dagster.serve.app import EXECUTORS_ENV, METRICS_DIR_ENV
+    from fennel_dagster.serve.workers import WorkersFailed, run_workers
 
-    # the workers are started by uvicorn and read everything from the environment; their
-    # metrics go to files of one directory, which any worker's /metrics merges
+    # the workers read everything from the environment; their metrics go to files of one
+    # directory, which any worker's /metrics merges
     shared = tempfile.mkdtemp(prefix="fd-serve-metrics-")
     os.environ.update({METRICS_DIR_ENV: shared, EXECUTORS_ENV: str(args.executors)})
     try:
-        uvicorn.run("fennel_dagster.serve.app:app_from_env", factory=True,
-                    workers=args.workers, **options)  # fmt: skip
+        run_workers(args.workers, options)
+    except WorkersFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     return 0
