@@ -207,16 +207,21 @@ def range_reduce(
 
 
 def merge_grouped(
-    gid: np.ndarray, a: np.ndarray, b: np.ndarray
+    gid: np.ndarray, a: np.ndarray, b: np.ndarray, slack: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(group, start, end)`` of the union of each group's half-open intervals ``[a[i], b[i])``, ordered by group, then start. Values
-    are ranked first, so a running maximum over ``group * width + rank`` never crosses a
-    group and never overflows, whatever the magnitudes."""
+    """``(group, start, end)`` of the union of each group's half-open intervals ``[a[i], b[i])``,
+    ordered by group, then start; with ``slack`` (per group id), two intervals of a group
+    less than ``slack[group]`` apart are joined too, with the gap between them. Values are
+    ranked first, so a running maximum over ``group * width + rank`` never crosses a group
+    and never overflows, whatever the magnitudes."""
     keep = a < b
     gid, a, b = gid[keep], a[keep], b[keep]
     if not len(a):
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
+    if slack is not None:  # a run ends at its largest b + slack, less the group's slack
+        g, start, end = merge_grouped(gid, a, b + slack[gid])
+        return g, start, end - slack[g]
     values, rank = np.unique(np.concatenate([a, b]), return_inverse=True)
     width = np.int64(len(values))
     ra, rb = rank[: len(a)], rank[len(a) :]

@@ -318,27 +318,32 @@ def test_a_lookup_reads_a_bounded_number_of_entries(duration: int | None) -> Non
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(-3, 20)), max_size=40),
     st.sampled_from([1, 10**6, 10**16]),
+    st.none() | st.lists(st.integers(0, 12), min_size=4, max_size=4),
 )
 def test_merge_grouped_is_a_sorted_merge_per_group(
-    rows: list[tuple[int, int, int]], scale: int
+    rows: list[tuple[int, int, int]], scale: int, slack: list[int] | None
 ) -> None:
     """Every group's union at once equals one merge per group (touching intervals merge,
-    empty ones vanish), at any magnitude: the running maximum works on ranks."""
+    empty ones vanish; with a group's slack, so do intervals at most that far apart), at any
+    magnitude: the running maximum works on ranks."""
     g = np.array([r[0] for r in rows], dtype=np.int64)
     a = np.array([r[1] for r in rows], dtype=np.int64) * scale
     b = a + np.array([r[2] for r in rows], dtype=np.int64) * scale
-    got = list(zip(*(x.tolist() for x in tiles.merge_grouped(g, a, b)), strict=True))
-    want = [(k, x, y) for k in range(4) for x, y in merge_sorted(a[g == k], b[g == k])]
+    gaps = None if slack is None else np.array(slack, dtype=np.int64) * scale
+    got = list(zip(*(x.tolist() for x in tiles.merge_grouped(g, a, b, gaps)), strict=True))
+    want = [(k, x, y) for k in range(4)
+            for x, y in merge_sorted(a[g == k], b[g == k], 0 if gaps is None else int(gaps[k]))]  # fmt: skip
     assert got == want
 
 
-def merge_sorted(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
-    """The oracle: the union of ``[a[i], b[i])`` by one pass over the sorted intervals."""
+def merge_sorted(a: np.ndarray, b: np.ndarray, slack: int = 0) -> list[tuple[int, int]]:
+    """The oracle: the union of ``[a[i], b[i])`` by one pass over the sorted intervals,
+    joining those at most ``slack`` apart."""
     out: list[tuple[int, int]] = []
     for x, y in sorted(zip(a.tolist(), b.tolist(), strict=True)):
         if x >= y:
             continue
-        if out and x <= out[-1][1]:
+        if out and x <= out[-1][1] + slack:
             out[-1] = (out[-1][0], max(y, out[-1][1]))
         else:
             out.append((x, y))

@@ -55,11 +55,15 @@ def _scan_merged(
     hi: np.ndarray,
     keys: int,
     key_at: Callable[[int, int], bytes],
+    slack: np.ndarray | None = None,
 ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
     """The entries of ``ns`` in every query's ``[lo, hi)`` (column j: query j, of key id
-    ``qk[j]``), each key's intervals merged first so no entry is read twice; returns them in
-    key-id order and how many each key id got."""
-    g, a, b = tiles.merge_grouped(np.broadcast_to(qk, lo.shape).ravel(), lo.ravel(), hi.ravel())
+    ``qk[j]``), each key's intervals merged first so no entry is read twice, and with
+    ``slack`` (per key id) joined across gaps shorter than it (a seek costs more than a few
+    entries read past); returns them in key-id order and how many each key id got. Callers
+    locate what they need in the result, so entries of a gap read through are never counted."""
+    qks = np.broadcast_to(qk, lo.shape).ravel()
+    g, a, b = tiles.merge_grouped(qks, lo.ravel(), hi.ravel(), slack)
     items: list[tuple[bytes, bytes]] = []
     found = np.zeros(keys, dtype=np.int64)
     scan = reader.scan
@@ -111,15 +115,22 @@ def _compute(
     prefixes = [key_prefix(k) for k in by_id]
     tns = ns + ":tiles"
     gk = qk[starts]
+    # Recording a batch, a key's queries span the batch's time for it, and so do the gaps
+    # between their intervals at each edge of the window: reading through a gap reads about
+    # as many entries as the batch brings the key, in one seek instead of one per query.
+    span = None
+    if new is not None and n:
+        span = np.maximum.reduceat(hi, starts) - np.minimum.reduceat(hi, starts)
     # column j of the bounds belongs to query j; every query's intervals are merged per key
     raw_items, raw_counts = _scan_merged(
-        reader, ns, qk, raw_lo, raw_hi, len(ids), lambda k, t: entry(prefixes[k], t, 0)
+        reader, ns, qk, raw_lo, raw_hi, len(ids), lambda k, t: entry(prefixes[k], t, 0), span
     )
     events = Events.decode(lay, np.repeat(gk, raw_counts), raw_items)
     levels = {}
     for size in tile_lo:
         items, counts = _scan_merged(reader, tns, qk, tile_lo[size], tile_hi[size], len(ids),
-                                     _tile_at(prefixes, size))  # fmt: skip
+                                     _tile_at(prefixes, size),
+                                     None if span is None else span // size + 1)  # fmt: skip
         levels[size] = decode_tiles(lay, np.repeat(gk, counts), items)
     if new is not None:
         assert wb is not None
