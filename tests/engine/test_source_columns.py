@@ -44,6 +44,12 @@ def _job(keyed: bool, since: datetime | None = None) -> SourceJob:
     return SourceJob(spec, 2)
 
 
+def _iso(secs: float, tz: str, zulu: bool) -> str:
+    """ISO-8601 text of ``T0 + secs`` in ``tz`` (``Z`` for UTC when ``zulu``)."""
+    text = (T0 + pd.Timedelta(seconds=secs)).tz_convert(tz).isoformat()
+    return text.replace("+00:00", "Z") if zulu else text
+
+
 # times on a coarse grid, so rows meet the watermark's, since's and max_future's edges exactly,
 # and some a half second off them
 _secs = st.one_of(
@@ -57,7 +63,8 @@ _good = st.fixed_dictionaries({
     "amount": st.floats(-1e6, 1e6) | st.integers(-10, 10),
     "ok": st.none() | st.booleans(),
     "name": st.none() | st.text(max_size=4),
-    "ts": _secs.map(lambda s: (T0 + pd.Timedelta(seconds=s)).isoformat()),
+    "ts": st.builds(_iso, _secs, st.sampled_from(["UTC", "Asia/Kolkata", "America/St_Johns"]),
+                    st.booleans()),
     "seen": st.none() | _secs.map(lambda s: (T0 + pd.Timedelta(seconds=s)).strftime(
         "%Y-%m-%d %H:%M:%S")),
 })  # fmt: skip
@@ -126,7 +133,13 @@ _ODD = [("uid", 3.0), ("uid", True), ("uid", 2**64), ("uid", 2**63), ("uid", "7"
         ("amount", float("nan")), ("amount", None), ("amount", True), ("amount", 2**1100),
         ("ok", 1), ("ok", "true"), ("name", 5), ("name", "x" * 300_000), ("ts", "yesterday"),
         ("ts", ""), ("ts", 1767225600), ("ts", "2300-01-01"), ("ts", None),
-        ("seen", "2026-01-01T00:00:00.000000001Z"), ("seen", "NaT"), ("extra", [1, 2])]  # fmt: skip
+        ("seen", "2026-01-01T00:00:00.000000001Z"), ("seen", "NaT"), ("extra", [1, 2]),
+        # texts Arrow's parser refuses or takes, around pandas' own
+        ("ts", "2026-01-01T00:00:01.+00:00"), ("ts", "2026-1-1T00:00:01Z"),
+        ("ts", "2026-01-01T00:00:01+00"), ("ts", "2026-01-01 00:00:01Z"), ("ts", "2026-01-01T00Z"),
+        ("ts", "2026-01-01T00:00:60Z"), ("ts", "2262-04-12T00:00:00Z"),
+        ("ts", "2026-01-01T00:00:01.5-05:30"), ("ts", "2026-01-01T00:00:01+0200"),
+        ("ts", "2026-01-01T00:00:01.1234567891+00:00"), ("ts", "2026-01-01t00:00:01z")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "value"), _ODD, ids=[f"{n}={v!r:.20}" for n, v in _ODD])

@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
 
 from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.ops.limits import HIGHEST, INT64_MAX, INT64_MIN, LOWEST, MAX_TEXT_CHARS
@@ -102,11 +103,9 @@ def column(values: list[Any], dtype: spec.DType) -> pd.Series | None:
         case spec.TimestampType():
             if not kinds <= {str}:
                 return None
-            try:
-                stamps = pd.Series(pd.to_datetime(values, utc=True, format="ISO8601"))
-            except (ValueError, TypeError, OverflowError):
+            stamps = _iso_stamps(values)
+            if stamps is None:
                 return None
-            stamps = stamps.astype("datetime64[ns, UTC]")
             held = stamps.dropna()
             if len(held) != len(present) or (
                 len(held) and (held.min() < LOWEST or held.max() >= HIGHEST)
@@ -114,6 +113,24 @@ def column(values: list[Any], dtype: spec.DType) -> pd.Series | None:
                 return None
             return stamps
     return None
+
+
+def _iso_stamps(values: list[str | None]) -> pd.Series | None:
+    """ISO-8601 texts as UTC timestamps (ns), or None if one is not a timestamp.
+
+    Arrow's parser first, about 8x faster than pandas': it takes only texts with a UTC
+    offset or ``Z`` and then gives pandas' value (``test_source_columns`` holds them
+    equal); anything else (no offset, fewer fields, out of range) goes to pandas."""
+    try:
+        cast = pa.array(values, pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        return pd.Series(cast.to_pandas(), dtype="datetime64[ns, UTC]")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    try:
+        stamps = pd.Series(pd.to_datetime(values, utc=True, format="ISO8601"))
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return stamps.astype("datetime64[ns, UTC]")
 
 
 _NO_MARK = np.iinfo(np.int64).min
