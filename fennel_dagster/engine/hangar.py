@@ -208,13 +208,17 @@ class Hangar:
         """Apply ``batch`` and record ``offsets`` (next offset per input) and ``marker``
         (the replaylog offset of the batch) in one atomic RocksDB write."""
         rb = RocksBatch(raw_mode=True)
-        for ns, key, value in batch.items():
-            self._family(ns, create=True)
-            handle = self._handles[ns]
+        put, delete = rb.put, rb.delete
+        handles = self._handles
+        for (ns, key), value in batch.puts.items():
+            handle = handles.get(ns)
+            if handle is None:
+                self._family(ns, create=True)
+                handle = handles[ns]
             if value is None:
-                rb.delete(key, handle)
+                delete(key, handle)
             else:
-                rb.put(key, value, handle)
+                put(key, value, handle)
         if offsets is not None or marker is not None:
             self._family(META, create=True)
             meta = self._handles[META]

@@ -211,9 +211,9 @@ def merge_grouped(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(group, start, end)`` of the union of each group's half-open intervals ``[a[i], b[i])``,
     ordered by group, then start; with ``slack`` (per group id), two intervals of a group
-    less than ``slack[group]`` apart are joined too, with the gap between them. Values are
-    ranked first, so a running maximum over ``group * width + rank`` never crosses a group
-    and never overflows, whatever the magnitudes."""
+    at most ``slack[group]`` apart are joined too, with the gap between them. A running
+    maximum over ``group * width + value`` never crosses a group; where that could overflow,
+    values are ranked first (a sort more), whatever the magnitudes."""
     keep = a < b
     gid, a, b = gid[keep], a[keep], b[keep]
     if not len(a):
@@ -222,6 +222,17 @@ def merge_grouped(
     if slack is not None:  # a run ends at its largest b + slack, less the group's slack
         g, start, end = merge_grouped(gid, a, b + slack[gid])
         return g, start, end - slack[g]
+    lo, groups = int(a.min()), int(gid.max()) + 1
+    span = int(b.max()) - lo + 1
+    if span * groups < 1 << 62:  # group offsets fit in int64: no ranking (a sort) needed
+        order = np.lexsort((a, gid))
+        g, a, b = gid[order].astype(np.int64), a[order], b[order]
+        off = g * span
+        reach = np.maximum.accumulate(off + (b - lo))
+        first = np.r_[True, (g[1:] != g[:-1]) | (off[1:] + (a[1:] - lo) > reach[:-1])]
+        starts = np.flatnonzero(first)
+        last = np.r_[starts[1:], len(a)] - 1
+        return g[starts], a[starts].astype(np.int64), reach[last] - off[last] + lo
     values, rank = np.unique(np.concatenate([a, b]), return_inverse=True)
     width = np.int64(len(values))
     ra, rb = rank[: len(a)], rank[len(a) :]

@@ -317,7 +317,7 @@ def test_a_lookup_reads_a_bounded_number_of_entries(duration: int | None) -> Non
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(-50, 50), st.integers(-3, 20)), max_size=40),
-    st.sampled_from([1, 10**6, 10**16]),
+    st.sampled_from([1, 10**6, 10**16, 10**17]),  # 10**17: past the unranked path's range
     st.none() | st.lists(st.integers(0, 12), min_size=4, max_size=4),
 )
 def test_merge_grouped_is_a_sorted_merge_per_group(
@@ -325,7 +325,7 @@ def test_merge_grouped_is_a_sorted_merge_per_group(
 ) -> None:
     """Every group's union at once equals one merge per group (touching intervals merge,
     empty ones vanish; with a group's slack, so do intervals at most that far apart), at any
-    magnitude: the running maximum works on ranks."""
+    magnitude: where group offsets could overflow, the running maximum works on ranks."""
     g = np.array([r[0] for r in rows], dtype=np.int64)
     a = np.array([r[1] for r in rows], dtype=np.int64) * scale
     b = a + np.array([r[2] for r in rows], dtype=np.int64) * scale
