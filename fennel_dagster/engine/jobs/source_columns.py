@@ -122,8 +122,8 @@ def _iso_stamps(values: list[str | None]) -> pd.Series | None:
     offset or ``Z`` and then gives pandas' value (``test_source_columns`` holds them
     equal); anything else (no offset, fewer fields, out of range) goes to pandas."""
     try:
-        cast = pa.array(values, pa.string()).cast(pa.timestamp("ns", tz="UTC"))
-        return pd.Series(cast.to_pandas(), dtype="datetime64[ns, UTC]")
+        parsed = pa.array(values, pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        return pd.Series(parsed.to_pandas(), dtype="datetime64[ns, UTC]")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
     try:

@@ -59,7 +59,7 @@ def _scan_merged(
 ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
     """The entries of ``ns`` in every query's ``[lo, hi)`` (column j: query j, of key id
     ``qk[j]``), each key's intervals merged first so no entry is read twice, and with
-    ``slack`` (per key id) joined across gaps shorter than it (a seek costs more than a few
+    ``slack`` (per key id) joined across gaps no longer than it (a seek costs more than a few
     entries read past); returns them in key-id order and how many each key id got. Callers
     locate what they need in the result, so entries of a gap read through are never counted."""
     qks = np.broadcast_to(qk, lo.shape).ravel()
