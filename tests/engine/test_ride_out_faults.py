@@ -47,7 +47,8 @@ from tests.engine.harness import (
 )
 from tests.engine.test_exactly_once import COLS, KEYS, in_order_events
 
-pytestmark = pytest.mark.services
+# Postgres is stopped here: alone, after the parallel part of `make test` (pyproject markers)
+pytestmark = [pytest.mark.services, pytest.mark.exclusive]
 
 
 def counted(s: Settings, at: pd.Timestamp) -> int | None:
