@@ -19,7 +19,7 @@ test: install
 	$(VENV)/mypy fennel_dagster assets sensors resources tools
 	$(VENV)/lint-imports
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=25 \
-	  -n 2 --dist loadfile --no-loadscope-reorder -m "not exclusive"
+	  -n 2 --dist loadfile -m "not exclusive"
 	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 -m exclusive
 
 # the streaming benchmark (bench/README.md): Quix Streams, the peer, in a venv of its own

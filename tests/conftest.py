@@ -19,27 +19,6 @@ if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files in the order ``make test``'s two workers should start them, so that they end
-    together: ``long`` files (most minutes first), then the other files on the real stack,
-    then the pure ones, which fill the end. Tests keep their order within a file."""
-    first_at: dict[str, int] = {}
-    rank: dict[str, tuple[int, int]] = {}
-    for i, item in enumerate(items):
-        path = item.nodeid.split("::")[0]
-        first_at.setdefault(path, i)
-        long = item.get_closest_marker("long")
-        mine = (
-            (0, -int(long.kwargs.get("minutes", 1)))
-            if long is not None
-            else (1, 0)
-            if item.get_closest_marker("services") is not None
-            else (2, 0)
-        )
-        rank[path] = min(rank.get(path, mine), mine)
-    items.sort(key=lambda it: (*rank[it.nodeid.split("::")[0]], first_at[it.nodeid.split("::")[0]]))
-
-
 @pytest.fixture(scope="session")
 def settings() -> Settings:
     return get_settings()

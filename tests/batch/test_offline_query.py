@@ -47,7 +47,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Tumbling
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=2)]
+pytestmark = pytest.mark.services
 
 OWNER = "offline@example.com"
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -23,7 +23,7 @@ from fennel_dagster.settings import Settings
 from tests.commit_protocol.invariants import assert_invariants, topics_of_head
 from tests.commit_protocol.scenario import GRAPHS, settings_for
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=3)]
+pytestmark = pytest.mark.services
 REPO = Path(__file__).resolve().parents[2]
 
 

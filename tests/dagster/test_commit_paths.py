@@ -27,7 +27,7 @@ from fennel_dagster.wire import encode
 from tests.commit_protocol.scenario import graph
 from tests.dagster.conftest import REPO, graphql
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=5)]
+pytestmark = pytest.mark.services
 ASSETS = "{ assetNodes { assetKey { path } dependencyKeys { path } } }"
 LAST_MATERIALIZATION = """query($path: [String!]!) { assetOrError(assetKey: {path: $path}) {
   ... on Asset { assetMaterializations(limit: 1) { runId metadataEntries {

@@ -30,7 +30,7 @@ from tests.engine.harness import commit, create_topic, produce_rows, read_topic,
 from tests.engine.test_exactly_once import in_order_events
 from tests.platform import REPO, dagster_dev
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=3)]
+pytestmark = pytest.mark.services
 
 
 @pytest.fixture

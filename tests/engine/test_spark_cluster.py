@@ -23,7 +23,7 @@ from tests.engine.expected import mock_rows, mock_run
 from tests.engine.harness import txn_with_history, wait_for
 from tests.engine.test_replay import COLS, _multiset
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=2)]
+pytestmark = pytest.mark.services
 
 
 def _free_port() -> int:

@@ -32,7 +32,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.settings import Settings
 from tests.platform import REPO, drop_platform
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=6)]
+pytestmark = pytest.mark.services
 
 SENSOR_BOUND_S = 20.0  # a correctness bound on Dagster's 60 s tick timeout, not a benchmark
 SENSORS = {"commit_requests", "engine_keepalive", "stream_health", "query_health",

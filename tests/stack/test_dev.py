@@ -16,7 +16,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.stack import proctree
 from fennel_dagster.stack.process import port_open, wait_for
 
-pytestmark = [pytest.mark.services, pytest.mark.long(minutes=2)]
+pytestmark = pytest.mark.services
 
 REPO = Path(__file__).resolve().parents[2]
 
