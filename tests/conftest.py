@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -10,13 +9,6 @@ import pytest
 
 from fennel_dagster import stack
 from fennel_dagster.settings import Settings, get_settings
-
-# An xdist worker's __main__ has neither __file__ nor __spec__. pyspark's Spark Connect
-# package takes that for its own doctest run and calls sys.exit(0) on import, and
-# great_expectations imports it: a worker's __main__ is given a __file__, as any script has.
-_main = sys.modules["__main__"]
-if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
-    _main.__file__ = "<pytest-xdist worker>"
 
 
 @pytest.fixture(scope="session")

@@ -47,8 +47,7 @@ from tests.engine.harness import (
 )
 from tests.engine.test_exactly_once import COLS, KEYS, in_order_events
 
-# Postgres is stopped here: alone, after the parallel part of `make test` (pyproject markers)
-pytestmark = [pytest.mark.services, pytest.mark.exclusive]
+pytestmark = pytest.mark.services
 
 
 def counted(s: Settings, at: pd.Timestamp) -> int | None:
