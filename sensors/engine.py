@@ -41,6 +41,7 @@ from dagster import (
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
 from fennel_dagster.commit.catalog import asset_path
+from fennel_dagster.dagster_home import stopping
 from fennel_dagster.engine import keepalive
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
@@ -66,6 +67,7 @@ PARTITION_TAG, SCHEMA_TAG, SLOT_TAG = (
     keepalive.SCHEMA_TAG,
     keepalive.SLOT_TAG,
 )
+STANDING_DOWN = "fennel-dagster dev is stopping: no engine runs launched or failed"
 LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
         DagsterRunStatus.STARTED]  # fmt: skip
 
@@ -201,6 +203,8 @@ def engine_keepalive(
     if not settings.dagster_engine:
         return SkipReason("the engine runs elsewhere (FENNEL_DAGSTER_ENGINE=false)")
     instance = context.instance
+    if stopping(instance.root_directory):
+        return SkipReason(STANDING_DOWN)
     try:
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
             jobs = registry.list_jobs(conn)
@@ -228,6 +232,8 @@ def engine_keepalive(
     plan = keepalive.plan(
         jobs, instance.get_dynamic_partitions(JOB_PARTITIONS), runs, beats, failed=failed
     )
+    if stopping(instance.root_directory):  # the session began to stop during this tick
+        return SkipReason(STANDING_DOWN)
     for run_id in plan.mark_failed:
         run = instance.get_run_by_id(run_id)
         if run is not None:

@@ -16,10 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from fennel_dagster.dagster_home import prepare_dagster_home
+from fennel_dagster.dagster_home import mark_stopping, prepare_dagster_home
 from fennel_dagster.engine import keepalive
 from fennel_dagster.settings import Settings, get_settings, project_root
 from fennel_dagster.stack.process import StackError
+
+STAND_DOWN_S = 2.0  # from the keep-alive's stand-down to cancelling queued runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
                             stderr=subprocess.STDOUT if out else None)  # fmt: skip
 
     def forward(signum: int, _frame: object) -> None:
+        # the keep-alive stands down first: it would replace each run cancelled below with a
+        # new one; a tick already past its own check has its runs queued within a second
+        mark_stopping(env["DAGSTER_HOME"], os.getpid())
+        time.sleep(STAND_DOWN_S)
         # queued engine runs first: else the run queue may dequeue one while dg dev shuts
         # down, and fail it ("Location fennel_dagster does not exist in workspace")
         with contextlib.suppress(Exception):
