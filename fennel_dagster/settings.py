@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     engine_poll_interval_s: float = 2.0  # supervisor: job registry / fleet poll period
     engine_lease_s: float = 10.0  # an engine silent this long loses its partitions
     engine_port: int = 0  # lookup endpoint (0: any free port)
+    # offline-table and sink writers share a runner process, this many at most (sharing.py)
+    engine_writers_per_process: int = Field(default=8, ge=1)
     offline_flush_s: float = 2.0  # offline writers: a Delta commit at most this often per table
     spark_master: str = "local[*]"
     spark_jars_dir: Path | None = None  # default: home/jars/spark

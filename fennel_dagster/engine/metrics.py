@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class RunnerMetrics:
 
 
 _made: RunnerMetrics | None = None
+_making = threading.Lock()
 
 
 def use_directory(path: Path) -> None:
@@ -43,18 +45,20 @@ def use_directory(path: Path) -> None:
 
 def runner_metrics() -> RunnerMetrics:
     global _made
-    if _made is None:
-        labels = ["job", "partition"]
-        _made = RunnerMetrics(
-            Counter("fennel_engine_messages", "Input messages processed", labels),
-            Counter("fennel_engine_outputs", "Rows written to output topics", labels),
-            Counter("fennel_engine_bad_rows", "Rows sent to the error topic", labels),
-            Histogram("fennel_engine_batch_seconds", "One transaction: process, commit, apply",
-                      ["job"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
-            Gauge("fennel_engine_lag_messages", "Input messages not yet consumed", labels,
-                  multiprocess_mode="livesum"),
-        )  # fmt: skip
-    return _made
+    with _making:  # writers sharing a process (engine.sharing) start side by side
+        if _made is None:
+            labels = ["job", "partition"]
+            _made = RunnerMetrics(
+                Counter("fennel_engine_messages", "Input messages processed", labels),
+                Counter("fennel_engine_outputs", "Rows written to output topics", labels),
+                Counter("fennel_engine_bad_rows", "Rows sent to the error topic", labels),
+                Histogram("fennel_engine_batch_seconds",
+                          "One transaction: process, commit, apply", ["job"],
+                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
+                Gauge("fennel_engine_lag_messages", "Input messages not yet consumed", labels,
+                      multiprocess_mode="livesum"),
+            )  # fmt: skip
+        return _made
 
 
 def reset_directory(path: Path) -> None:

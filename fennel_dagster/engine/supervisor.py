@@ -3,8 +3,9 @@
 Every ``engine_poll_interval_s`` it renews the engine's lease in Postgres, reads the live
 engines and the job registry, and assigns each job partition to one live engine by
 rendezvous hashing. It starts a runner *process* for each partition it now owns (processes,
-so two engines — or one engine's runners — use every core), stops runners of partitions it
-no longer owns or whose job was removed, and restarts runners that died. When an engine
+so two engines — or one engine's runners — use every core; offline and sink writers share
+one, several to a process: ``sharing``), stops runners of partitions it no longer owns or
+whose job was removed, and restarts runners that died. When an engine
 dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
 fencing makes the hand-over safe even if the old runner is still alive.
 Runners fork from a fork server with the engine loaded (``forking``).
@@ -26,7 +27,7 @@ from pathlib import Path
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
-from fennel_dagster.engine import metrics
+from fennel_dagster.engine import metrics, sharing
 from fennel_dagster.engine.forking import become_runner, runner_context, start_server
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
@@ -42,13 +43,13 @@ from fennel_dagster.settings import Settings
 
 log = logging.getLogger("fennel_dagster.engine.supervisor")
 
-Key = tuple[str, int]
+Key = sharing.Key
+Group = sharing.Group
 
 
 def _runner_main(
     settings: Settings,
-    job_json: str,
-    partition: int,
+    members: list[tuple[str, int]],
     owner: str,
     parent: int = 0,
     metrics_dir: str = "",
@@ -62,7 +63,11 @@ def _runner_main(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     freeze_startup_heap()
-    run_forever(settings, JobRow.from_json(job_json), partition, owner, stop)
+    jobs = [(JobRow.from_json(job_json), partition) for job_json, partition in members]
+    if len(jobs) == 1:
+        run_forever(settings, *jobs[0], owner, stop)
+    else:
+        sharing.run_together(settings, jobs, owner, stop)
 
 
 @dataclass
@@ -72,6 +77,7 @@ class _Running:
     process: BaseProcess
     started: float
     restarts: int = 0
+    group: Group = ()  # the partitions its process runs (this one among them)
 
 
 @dataclass
@@ -145,66 +151,76 @@ class Supervisor:
             engines.append(self.engine_id)
         failed = set(registry.failures(self._conn))
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
-        gone = [k for k in self.runners if k not in want]
-        for key in gone:  # all told at once: each winds down while the others do
-            self._signal_stop(key)
-        for key in gone:
-            self._stop_runner(key)
+        groups = sharing.plan_groups(want, self.groups(), self.settings.engine_writers_per_process)
+        gone = [g for g in self.groups() if g not in set(groups)]
+        for group in gone:  # all told at once: each winds down while the others do
+            self._signal_stop(group)
+        for group in gone:
+            self._stop_runner(group)
         self._drop_state({(job.name, p) for (_, p), job in want.items()})
-        for key, job in want.items():
-            cur = self.runners.get(key)
+        for group in groups:
+            cur = self.runners.get(group[0])
             if cur is None:
-                self._start(job, key[1])
+                self._start(group, want)
             elif not cur.process.is_alive():
                 if cur.process.pid:
                     metrics.runner_exited(self.metrics_dir, cur.process.pid)
-                log.warning("engine %s: runner %s p%d exited (%s); restarting",
-                            self.engine_id, job.name, key[1], cur.process.exitcode)  # fmt: skip
-                self._start(job, key[1], cur.restarts + 1)
+                log.warning("engine %s: runner %s exited (%s); restarting", self.engine_id,
+                            self._names(group), cur.process.exitcode)  # fmt: skip
+                self._start(group, want, cur.restarts + 1)
+
+    def groups(self) -> list[Group]:
+        """The process groups running now, one entry each."""
+        return list(dict.fromkeys(r.group for r in self.runners.values()))
+
+    def _names(self, group: Group) -> str:
+        return ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in group)
 
     def _drop_state(self, owned: set[tuple[str, int]]) -> None:
         drop_unowned(self.settings.state_path / self.engine_id,
                      lambda job, p: (job, p) in owned, f"engine {self.engine_id}")  # fmt: skip
 
-    def _start(self, job: JobRow, partition: int, restarts: int = 0) -> None:
+    def _start(self, group: Group, want: dict[Key, JobRow], restarts: int = 0) -> None:
+        first = want[group[0]]
         proc = self._ctx.Process(
             target=_runner_main,
             args=(
                 self.settings,
-                job.to_json(),
-                partition,
+                [(want[k].to_json(), k[1]) for k in group],
                 self.engine_id,
                 os.getpid(),
                 str(self.metrics_dir),
                 dict(os.environ),
             ),  # fmt: skip
-            name=f"runner-{job.name}-p{partition}",
+            name=f"runner-{first.name}-p{group[0][1]}"
+            + (f"-and-{len(group) - 1}" if len(group) > 1 else ""),
             daemon=False,
         )
         proc.start()
-        self.runners[(job.hash, partition)] = _Running(
-            job, partition, proc, time.monotonic(), restarts
-        )
-        log.info(
-            "engine %s: started %s p%d (pid %s)", self.engine_id, job.name, partition, proc.pid
-        )
+        now = time.monotonic()
+        for k in group:
+            self.runners[k] = _Running(want[k], k[1], proc, now, restarts, group)
+        log.info("engine %s: started %s (pid %s)", self.engine_id, self._names(group), proc.pid)
 
-    def _signal_stop(self, key: Key) -> None:
-        run = self.runners[key]
+    def _signal_stop(self, group: Group) -> None:
+        run = self.runners[group[0]]
         if run.process.is_alive() and run.process.pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run.process.pid, signal.SIGTERM)
 
-    def _stop_runner(self, key: Key, timeout: float = 30.0) -> None:
-        self._signal_stop(key)
-        run = self.runners.pop(key)
+    def _stop_runner(self, group: Group, timeout: float = 30.0) -> None:
+        self._signal_stop(group)
+        names = self._names(group)
+        run = self.runners[group[0]]
+        for k in group:
+            del self.runners[k]
         run.process.join(timeout)
         if run.process.is_alive():
             run.process.kill()
             run.process.join(5)
         if run.process.pid:
             metrics.runner_exited(self.metrics_dir, run.process.pid)
-        log.info("engine %s: stopped %s p%d", self.engine_id, run.job.name, run.partition)
+        log.info("engine %s: stopped %s", self.engine_id, names)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,10 +266,10 @@ class Supervisor:
         self._stop.set()
 
     def shutdown(self) -> None:
-        for key in self.runners:
-            self._signal_stop(key)
-        for key in list(self.runners):
-            self._stop_runner(key)
+        for group in self.groups():
+            self._signal_stop(group)
+        for group in self.groups():
+            self._stop_runner(group)
         if getattr(self, "server", None) is not None:
             self.server.shutdown()
         try:

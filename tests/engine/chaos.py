@@ -33,7 +33,7 @@ def kill_at_random(
 def kill_all(sup: Supervisor) -> int:
     """SIGKILL every live runner of ``sup`` (its supervisor restarts them); returns how many."""
     kills = 0
-    for r in list(sup.runners.values()):
+    for r in {id(r.process): r for r in list(sup.runners.values())}.values():  # shared: once
         if r.process.is_alive():
             try:
                 os.kill(r.process.pid, signal.SIGKILL)  # type: ignore[arg-type]

@@ -167,7 +167,7 @@ def offline_writer(s: Settings, job: JobRow) -> Any:
     """An offline writer job in a process of its own (so a test can SIGKILL it)."""
     proc = runner_context().Process(
         target=_runner_main,
-        args=(s, job.to_json(), 0, "offline-test", 0, "", dict(os.environ)),
+        args=(s, [(job.to_json(), 0)], "offline-test", 0, "", dict(os.environ)),
         daemon=True,
     )
     proc.start()

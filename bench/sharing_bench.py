@@ -1,0 +1,164 @@
+"""Writers sharing a runner process (``engine.sharing``): what the engine costs on the
+example repo with ``engine_writers_per_process`` 1 (a process per job partition, as before)
+and 8 (the default), side by side in one run, alternating.
+
+For each run: ``examples/payments`` committed with a topic of its own (two partitions a
+job), users and merchants logged, ``fennel-dagster engine`` started; once every job
+partition heartbeats, transactions at a steady rate for a window. Measured: the engine's
+processes, their proportional set size at the window's end (PSS: a page shared by forked
+runners counts once, split among them), the engine's CPU seconds in the window, and the time
+from the last transaction sent to all of them in the Transaction offline table.
+
+    .venv/bin/python -m bench.sharing_bench --rate 200 --seconds 60 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.batch_payments import MERCHANTS, USERS, _transactions, _with_topic
+from bench.stream_bench import Engine
+from examples.payments.datasets import DATASETS
+from fennel_dagster.client import LocalClient
+from fennel_dagster.declare import commit_spec
+from fennel_dagster.metadata import registry
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.offline.table import OfflineTable
+from fennel_dagster.settings import Settings, get_settings
+from fennel_dagster.stack import proctree
+from fennel_dagster.wire import plan
+
+RESULTS = Path(__file__).resolve().parent / "results" / "sharing.md"
+
+
+def tree_pss(pid: int) -> tuple[int, int]:
+    """(processes, PSS bytes) of ``pid`` and every process under it."""
+    pids = [pid, *proctree.descendants(pid)]
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return len(pids), total
+
+
+def _log_dimensions(s: Settings) -> None:
+    import pandas as pd
+
+    from bench.batch_payments import T0
+
+    day = pd.Timedelta(days=1)
+    users = pd.DataFrame({"uid": range(USERS), "country": "DE", "signup_at": T0 - 30 * day,
+                          "updated_at": T0 - day})  # fmt: skip
+    merchants = pd.DataFrame({"merchant_id": range(MERCHANTS), "category": "food",
+                              "risk_tier": 1, "ts": T0 - day})  # fmt: skip
+    with LocalClient(s) as client:
+        client.log("ops_webhook", "users", users)
+        client.log("ops_webhook", "merchants", merchants)
+
+
+def one_run(
+    base: Settings, per_process: int, tag: str, rate: int, seconds: float
+) -> dict[str, float]:
+    name = f"{base.namespace}{tag}"
+    s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / tag,
+                   partitions=2, engine_writers_per_process=per_process)  # fmt: skip
+    topic = f"{name}.transactions"
+    admin = AdminClient({"bootstrap.servers": s.kafka_servers})
+    for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        f.result(30)
+    with LocalClient(s) as client:
+        client.commit_spec(_with_topic(commit_spec("bench", DATASETS, []), topic))
+    _log_dimensions(s)
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        jobs = registry.list_jobs(conn)
+    partitions = sum(j.partitions for j in jobs)
+    txn = next(j for j in jobs if j.kind == "offline" and j.spec.dataset.name == "Transaction")
+    assert isinstance(txn.spec, plan.OfflineJobSpec)
+    table = OfflineTable(s, txn.spec.table)
+    engine = Engine(s)
+    engine.start()
+    assert engine.proc is not None
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # every job partition heartbeats: the engine is up
+            with connect(s, s.pg_schema, autocommit=True) as conn:
+                if len(registry.runner_owners(conn)) >= partitions:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tag}: not every job partition started in 300 s")
+            time.sleep(1)
+        time.sleep(5)  # start-up spent
+        p = Producer({"bootstrap.servers": s.kafka_servers, "linger.ms": 5})
+        n = int(rate * seconds)
+        raws = _transactions(n)
+        cpu0, t0 = engine.cpu(), time.monotonic()
+        for i, raw in enumerate(raws):
+            p.produce(topic, raw)
+            p.poll(0)
+            time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
+        p.flush(30)
+        sent = time.monotonic()
+        cpu = engine.cpu() - cpu0
+        procs, pss = tree_pss(engine.proc.pid)
+        while table.read(["txn_id"]).num_rows < n:
+            if time.monotonic() - sent > 300:
+                raise RuntimeError(f"{tag}: the Transaction table did not catch up in 300 s")
+            time.sleep(0.2)
+        caught = time.monotonic() - sent
+    finally:
+        engine.stop()
+    return {"partitions": partitions, "processes": procs, "pss_mb": pss / 2**20,
+            "cpu_per_s": cpu / (sent - t0), "offline_lag_s": caught}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=int, default=200, help="transactions per second")
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each setting, alternating")
+    args = ap.parse_args()
+    base = get_settings()
+    rows: dict[int, list[dict[str, float]]] = {1: [], 8: []}
+    stamp = time.strftime("%H%M%S")
+    for r in range(args.rounds):
+        for per in (1, 8):
+            out = one_run(base, per, f"sh{stamp}r{r}w{per}", args.rate, args.seconds)
+            print(per, out, flush=True)
+            rows[per].append(out)
+    lines = [
+        f"# Writers sharing a runner process (`bench/sharing_bench.py`, {time.strftime('%Y-%m-%d')})",
+        "",
+        f"examples/payments, two partitions a job, {args.rate} transactions/s for "
+        f"{args.seconds:.0f} s; {args.rounds} runs of each setting, alternating (each run's "
+        "value, then the median).",
+        "",
+        "| writers per process | job partitions | engine processes | PSS (MB) | engine CPU (cores) | offline table lag (s) |",
+        "|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for per, runs in rows.items():
+
+        def col(k: str, fmt: str, runs: list[dict[str, float]] = runs) -> str:
+            vals = [r[k] for r in runs]
+            each = " / ".join(format(v, fmt) for v in vals)
+            return f"{each} (median {format(statistics.median(vals), fmt)})"
+
+        lines.append(f"| {per} | {runs[0]['partitions']:.0f} | {col('processes', '.0f')} | "
+                     f"{col('pss_mb', '.0f')} | {col('cpu_per_s', '.2f')} | "
+                     f"{col('offline_lag_s', '.1f')} |")  # fmt: skip
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
