@@ -129,14 +129,12 @@ def _transactions(n: int, first: int = 0) -> list[bytes]:
     return out
 
 
-def engine_backfill(base: Settings, n: int) -> dict[str, float]:
-    """The stream engine on the example repo: n transactions through source, joins and both
-    aggregates (exactly once), measured from the first to the last output."""
-    name = f"{base.namespace}pay"
-    s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / "pay")
-    topic = f"{name}.transactions"
+def commit_payments(s: Settings, partitions: int = 1) -> str:
+    """The example repo committed on ``s``, its Kafka source reading a topic of its own
+    (returned), the users and merchants logged."""
+    topic = f"{s.namespace}.transactions"
     admin = AdminClient({"bootstrap.servers": s.kafka_servers})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         f.result(30)
     with LocalClient(s) as client:
         client.commit_spec(_with_topic(commit_spec("bench", DATASETS, []), topic))
@@ -147,6 +145,15 @@ def engine_backfill(base: Settings, n: int) -> dict[str, float]:
                                   "risk_tier": 1, "ts": T0 - timedelta(days=1)})  # fmt: skip
         client.log("ops_webhook", "users", users)
         client.log("ops_webhook", "merchants", merchants)
+    return topic
+
+
+def engine_backfill(base: Settings, n: int) -> dict[str, float]:
+    """The stream engine on the example repo: n transactions through source, joins and both
+    aggregates (exactly once), measured from the first to the last output."""
+    name = f"{base.namespace}pay"
+    s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / "pay")
+    topic = commit_payments(s)
     spend, volume = _dataset_topic(s, "UserSpend"), _dataset_topic(s, "MerchantVolume")
     engine = Engine(s)
     engine.start()

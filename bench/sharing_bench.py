@@ -20,13 +20,9 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.batch_payments import MERCHANTS, USERS, _transactions, _with_topic
+from bench.batch_payments import _transactions, commit_payments
 from bench.stream_bench import Engine
-from examples.payments.datasets import DATASETS
-from fennel_dagster.client import LocalClient
-from fennel_dagster.declare import commit_spec
 from fennel_dagster.metadata import registry
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.offline.table import OfflineTable
@@ -52,34 +48,13 @@ def tree_pss(pid: int) -> tuple[int, int]:
     return len(pids), total
 
 
-def _log_dimensions(s: Settings) -> None:
-    import pandas as pd
-
-    from bench.batch_payments import T0
-
-    day = pd.Timedelta(days=1)
-    users = pd.DataFrame({"uid": range(USERS), "country": "DE", "signup_at": T0 - 30 * day,
-                          "updated_at": T0 - day})  # fmt: skip
-    merchants = pd.DataFrame({"merchant_id": range(MERCHANTS), "category": "food",
-                              "risk_tier": 1, "ts": T0 - day})  # fmt: skip
-    with LocalClient(s) as client:
-        client.log("ops_webhook", "users", users)
-        client.log("ops_webhook", "merchants", merchants)
-
-
 def one_run(
     base: Settings, per_process: int, tag: str, rate: int, seconds: float
 ) -> dict[str, float]:
     name = f"{base.namespace}{tag}"
     s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / tag,
                    partitions=2, engine_writers_per_process=per_process)  # fmt: skip
-    topic = f"{name}.transactions"
-    admin = AdminClient({"bootstrap.servers": s.kafka_servers})
-    for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
-        f.result(30)
-    with LocalClient(s) as client:
-        client.commit_spec(_with_topic(commit_spec("bench", DATASETS, []), topic))
-    _log_dimensions(s)
+    topic = commit_payments(s, partitions=2)
     with connect(s, s.pg_schema, autocommit=True) as conn:
         jobs = registry.list_jobs(conn)
     partitions = sum(j.partitions for j in jobs)
