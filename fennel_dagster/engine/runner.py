@@ -271,40 +271,55 @@ class Runner:
         self.stats.snapshots += 1
 
 
+# the longest a loop may go without beating (one batch) before its thread stops beating for
+# it: a stuck loop then loses its lease, as a Kafka consumer that stops polling leaves its
+# group after max.poll.interval.ms (5 min there too)
+STALLED_AFTER_S = 300.0
+
+
 @contextmanager
 def beating_until_loop(
-    beat: Callable[[], None], every_s: float = 2.0
+    beat: Callable[[], None],
+    alive: Callable[[], None] | None = None,
+    every_s: float = 2.0,
+    stalled_after_s: float = STALLED_AFTER_S,
 ) -> Iterator[Callable[[], None]]:
-    """Yields the beat a job's loop calls; until its first call, a thread beats every
-    ``every_s``. Starting a job (a snapshot download, a replay, a Spark session) can outlast
-    the keep-alive's patience (``keepalive.DEAD_AFTER_S``), and a starting runner is alive:
-    judged silent, the demo's busiest runs were failed and relaunched mid-recovery."""
-    started = threading.Event()
+    """Yields the beat a job's loop calls between batches; meanwhile a thread beats
+    ``alive`` (default ``beat``) every ``every_s``. Starting a job (a snapshot download, a
+    replay, a Spark session) and one long batch (a first catch-up on a host busy starting
+    tens of runs) both outlast the keep-alive's patience (``keepalive.DEAD_AFTER_S``); judged
+    silent, such runs were failed and relaunched. The thread stops beating once the loop has
+    not beaten for ``stalled_after_s``: liveness from a thread, progress bounded apart, as
+    Kafka's consumers do (heartbeat thread, ``max.poll.interval.ms``)."""
+    done = threading.Event()
     lock = threading.Lock()  # one beat at a time: they share a connection
+    last_loop: list[float] = []  # when the loop last beat (empty: not yet)
+    alive = alive or beat
 
     def ticking() -> None:
-        while not started.wait(every_s):
+        while not done.wait(every_s):
+            if last_loop and time.monotonic() - last_loop[0] > stalled_after_s:
+                continue  # the loop is stuck: its lease lapses
             with lock:
-                if started.is_set():
+                if done.is_set():
                     return
                 try:
-                    beat()
-                except Exception as e:  # noqa: BLE001 - the job's own start meets it too
-                    log.debug("startup heartbeat failed: %s", e)
+                    alive()
+                except Exception as e:  # noqa: BLE001 - the job's own beat meets it too
+                    log.debug("background heartbeat failed: %s", e)
 
-    thread = threading.Thread(target=ticking, name="startup-beats", daemon=True)
+    thread = threading.Thread(target=ticking, name="background-beats", daemon=True)
     thread.start()
 
     def loop_beat() -> None:
-        if not started.is_set():
-            with lock:
-                started.set()
-        beat()
+        with lock:
+            last_loop[:] = [time.monotonic()]
+            beat()
 
     try:
         yield loop_beat
     finally:
-        started.set()
+        done.set()
         thread.join(every_s + 10)
 
 
@@ -335,10 +350,10 @@ def run_forever(
         live.clear()
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
 
-            def beat() -> None:
+            def beat(progress: bool = True) -> None:
                 with conn.pipeline():  # one round trip for the three statements
                     registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
-                    if live:
+                    if live and progress:  # the loop's own: its counters, from its thread
                         stream_stats.report(conn, job.hash, partition, live[0].take_progress())
                     exists = registry.job_exists(conn, job.hash)
                 if not exists:
@@ -347,7 +362,7 @@ def run_forever(
                     stop.set()
 
             beat()
-            with beating_until_loop(beat) as loop_beat:
+            with beating_until_loop(beat, lambda: beat(progress=False)) as loop_beat:
                 if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.HttpSinkJobSpec):
