@@ -5,7 +5,7 @@ given the job registry, the runs that claim to be alive and the runners' heartbe
 say which partitions to add or remove, which runs are dead (to be marked failed), which to
 stop, and which partitions need a new run. A run's process can die without its launcher
 noticing (SIGKILL, OOM), so liveness is the heartbeat the runner writes every ~2 s (from a
-thread while it starts or runs a long batch: ``runner.beating_until_loop``).
+thread while it starts or runs a long batch: ``runner.beating_beside_loop``).
 """
 
 from __future__ import annotations

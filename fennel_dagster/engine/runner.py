@@ -278,7 +278,7 @@ STALLED_AFTER_S = 300.0
 
 
 @contextmanager
-def beating_until_loop(
+def beating_beside_loop(
     beat: Callable[[], None],
     alive: Callable[[], None] | None = None,
     every_s: float = 2.0,
@@ -362,7 +362,7 @@ def run_forever(
                     stop.set()
 
             beat()
-            with beating_until_loop(beat, lambda: beat(progress=False)) as loop_beat:
+            with beating_beside_loop(beat, lambda: beat(progress=False)) as loop_beat:
                 if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
                 elif isinstance(job.spec, plan.HttpSinkJobSpec):

@@ -152,7 +152,8 @@ class Supervisor:
         failed = set(registry.failures(self._conn))
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
         groups = sharing.plan_groups(want, self.groups(), self.settings.engine_writers_per_process)
-        gone = [g for g in self.groups() if g not in set(groups)]
+        keep = set(groups)
+        gone = [g for g in self.groups() if g not in keep]
         for group in gone:  # all told at once: each winds down while the others do
             self._signal_stop(group)
         for group in gone:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from fennel_dagster.engine.runner import beating_until_loop
+from fennel_dagster.engine.runner import beating_beside_loop
 
 
 def test_a_slow_start_and_a_long_batch_keep_beating_and_a_stuck_loop_stops() -> None:
@@ -19,7 +19,7 @@ def test_a_slow_start_and_a_long_batch_keep_beating_and_a_stuck_loop_stops() -> 
         assert threading.current_thread().name == "background-beats"
         beats.append("alive")
 
-    with beating_until_loop(beat, alive, every_s=0.1, stalled_after_s=1.0) as loop_beat:
+    with beating_beside_loop(beat, alive, every_s=0.1, stalled_after_s=1.0) as loop_beat:
         time.sleep(0.55)  # a snapshot download, a replay: no loop yet
         started = len(beats)
         loop_beat()
