@@ -81,6 +81,7 @@ class LocalClient:
         self._conn: psycopg.Connection | None = None
         self._lock: psycopg.Connection | None = None
         self._http: httpx.Client | None = None
+        self._jobs: dict[tuple[str, str], registry.JobRow] = {}  # specs decoded, by text
 
     # ---------------------------------------------------------------- connections
 
@@ -252,7 +253,9 @@ class LocalClient:
         timeout: float = 10.0,
     ) -> tuple[pd.DataFrame, pd.Series]:
         with self.conn.transaction():
-            job = lookups.serving_job(registry.branch_jobs(self.conn, self.branch), name)
+            job = lookups.serving_job(
+                registry.branch_jobs(self.conn, self.branch, self._jobs), name
+            )
             routes = load_routes(self.conn, self.settings.engine_lease_s)
             secret = tokens.service_secret(self.conn)
         if self._http is None:
@@ -361,7 +364,7 @@ class LocalClient:
         ingests them (schema-checked, bad rows to its error topic).
         """
         with self.conn.transaction():
-            jobs = registry.branch_jobs(self.conn, self.branch)
+            jobs = registry.branch_jobs(self.conn, self.branch, self._jobs)
         inboxes = registry.webhook_inboxes(jobs, webhook, endpoint)
         if not inboxes:
             raise ClientError(

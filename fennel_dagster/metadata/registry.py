@@ -94,14 +94,30 @@ def unregister_jobs(conn: psycopg.Connection, hashes: list[str]) -> None:
     conn.execute("DELETE FROM stream_stats WHERE job_hash = ANY(%s)", (hashes,))
 
 
-def branch_jobs(conn: psycopg.Connection, branch: str) -> list[JobRow]:
-    """The jobs a branch references (through its asset refs)."""
+def branch_jobs(
+    conn: psycopg.Connection, branch: str, decoded: dict[tuple[str, str], JobRow] | None = None
+) -> list[JobRow]:
+    """The jobs a branch references (through its asset refs). ``decoded``: specs decoded by
+    earlier calls, by their text, so a client that reads them per lookup decodes each once."""
     rows = conn.execute(
-        "SELECT j.hash, j.spec FROM jobs j JOIN refs r ON r.hash = j.hash "
+        "SELECT j.hash, j.spec::text FROM jobs j JOIN refs r ON r.hash = j.hash "
         "WHERE r.branch = %s ORDER BY j.name",
         (branch,),
     ).fetchall()
-    return [of_spec(h, _decode(s)) for h, s in rows]
+    if decoded is None:
+        return [of_spec(h, _decode(json.loads(s))) for h, s in rows]
+    if len(decoded) > _DECODED_MAX:
+        decoded.clear()
+    out = []
+    for h, s in rows:
+        job = decoded.get((h, s))
+        if job is None:
+            job = decoded[(h, s)] = of_spec(h, _decode(json.loads(s)))
+        out.append(job)
+    return out
+
+
+_DECODED_MAX = 4096  # a client's cache of decoded specs: emptied when past this
 
 
 def jobs_by_branch(conn: psycopg.Connection) -> dict[str, list[JobRow]]:

@@ -8,8 +8,10 @@ aggregate, else the dataset's index); this module only reads it.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.errors import QueryError
@@ -74,6 +76,9 @@ def lookup_state_records(
                 f"{i} ({_brief(rec)}) is missing {', '.join(missing)}"
             )
     if serves is not None:
+        plain = _plain_aggregate_records(state, ds, serves, keys, stamps_us, fields)
+        if plain is not None:
+            return plain
         ts = pd.Series(pd.to_datetime(stamps_us, unit="us", utc=True))
         key_frame = pd.DataFrame({k: [r[k] for r in keys] for k in ds.keys})
         rows, found = lookup_state(state, ds, serves, key_frame, ts, fields)
@@ -88,6 +93,110 @@ def lookup_state_records(
                 row[k] = asked[k]
         out.append(row)
     return out, hits
+
+
+class _NeedsFrames(Exception):
+    """A value the plain road below does not type (the frame road answers it)."""
+
+
+# pandas' datetime64[ns] range, in µs: times outside it take the frame road (which refuses them)
+_FIRST_US, _LAST_US = -9_223_372_036_854_775, 9_223_372_036_854_775
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _plain_aggregate_records(
+    state: StateReader,
+    ds: spec.DatasetSpec,
+    serves: plan.AggregateServing,
+    keys: list[dict[str, Any]],
+    stamps_us: list[int],
+    fields: list[str] | None,
+) -> tuple[list[dict[str, Any]], list[bool]] | None:
+    """``lookup_state_records`` of an aggregate whose keys are ints or strings and whose
+    values are ints, floats, bools, strings or nulls, without a DataFrame: a lookup endpoint
+    answers a key or a few, and frames cost ten times the reads there. Each value is typed as
+    the frame road's cast and JSON give it (``test_lookup_records`` holds them equal); None
+    for any other shape, which the frame road answers."""
+    if not all(_FIRST_US <= t <= _LAST_US for t in stamps_us):
+        return None
+    node = serves.node
+    try:
+        queries = [tuple(_plain_key(r[k]) for k in node.keys) for r in keys]
+        asked = [{k: _plain_key(r[k]) for k in ds.keys} for r in keys]
+    except _NeedsFrames:
+        return None
+    values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
+    wanted = [f for f in ds.fields if fields is None or f.name in fields]
+    try:
+        columns = {f.name: _typed(values[f.name], f.dtype, found) for f in wanted
+                   if f.name in values}  # fmt: skip
+    except _NeedsFrames:
+        return None
+    out = []
+    for i, (key, t) in enumerate(zip(asked, stamps_us, strict=True)):
+        row: dict[str, Any] = {}
+        for f in wanted:
+            name = f.name
+            if name in key:
+                row[name] = key[name]
+            elif name == ds.timestamp:
+                row[name] = _iso_us(t)
+            else:
+                row[name] = columns[name][i]
+        out.append(row)
+    return out, found
+
+
+def _plain_key(v: Any) -> Any:
+    if type(v) is str or (type(v) is int and _INT64[0] <= v <= _INT64[1]):
+        return v
+    raise _NeedsFrames
+
+
+def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any]:
+    """The JSON value of each aggregate value as ``astype(dtype)`` then ``json_column`` give
+    it, a key not found as null."""
+    base = dtype
+    while isinstance(base, spec.OptionalType):
+        base = base.of
+    integral = isinstance(base, spec.IntType) or (
+        isinstance(base, spec.BetweenType | spec.OneOfType) and isinstance(base.of, spec.IntType)
+    )  # the cases of ``astype``, in its order
+    out: list[Any] = []
+    for v, hit in zip(values, found, strict=True):
+        if not hit or v is None:
+            out.append(None)
+            continue
+        if isinstance(v, np.generic):
+            v = v.item()
+        kind = type(v)
+        if integral:
+            if kind is not int or not _INT64[0] <= v <= _INT64[1]:
+                raise _NeedsFrames
+            out.append(v)
+            continue
+        match base:
+            case spec.FloatType() | spec.BetweenType() if kind is float:
+                out.append(None if v != v else v)
+            case spec.FloatType() | spec.BetweenType() if (
+                kind is int and _INT64[0] <= v <= _INT64[1]
+            ):
+                out.append(float(v))
+            case spec.BoolType() if kind is bool:
+                out.append(v)
+            case spec.StringType() | spec.RegexType() | spec.OneOfType() if kind is str:
+                out.append(v)
+            case _:
+                raise _NeedsFrames
+    return out
+
+
+def _iso_us(t: int) -> str:
+    """A time in µs as ``json_column`` writes a UTC timestamp."""
+    return (_EPOCH + dt.timedelta(microseconds=t)).isoformat()
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _brief(rec: dict[str, Any]) -> str:

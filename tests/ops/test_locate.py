@@ -39,3 +39,17 @@ def test_the_flat_search_is_taken_for_a_batch_of_recent_events() -> None:
     keys = np.sort(np.arange(len(pos)) % 1000)
     src = Source(keys, np.sort(pos), np.ones(len(pos), np.int64))
     assert src._locate_flat(np.array([3]), [np.array([tiles.NEG_INF])]) is not None  # noqa: SLF001
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), bounds), max_size=10))
+def test_nothing_held_locates_every_query_at_zero_as_the_ranked_search_does(
+    queries: list[tuple[int, int]],
+) -> None:
+    empty = np.zeros(0, np.int64)
+    src = Source(empty, empty, empty)
+    qk = np.array([q[0] for q in queries], np.int64)
+    bs = [np.array([q[1] for q in queries], np.int64)]
+    assert [a.tolist() for a in src.locate(qk, bs)] == [
+        a.tolist()
+        for a in src._locate_ranked(qk, bs)  # noqa: SLF001
+    ]

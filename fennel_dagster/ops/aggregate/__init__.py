@@ -59,13 +59,14 @@ from fennel_dagster.ops.aggregate.events import (
     tiles_namespace,
 )
 from fennel_dagster.ops.aggregate.layout import TILED, US
-from fennel_dagster.ops.aggregate.lookup import is_continuous, lookup_aggregate
+from fennel_dagster.ops.aggregate.lookup import aggregate_at, is_continuous, lookup_aggregate
 from fennel_dagster.ops.aggregate.values import aggregate_values
 from fennel_dagster.ops.aggregate.windowed import run_windowed
 
 __all__ = [
     "TILED",
     "US",
+    "aggregate_at",
     "aggregate_values",
     "is_continuous",
     "key_tuples",

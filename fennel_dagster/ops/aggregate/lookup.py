@@ -3,6 +3,9 @@ values as of each query's time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
 
 from fennel_dagster.ops.aggregate.continuous import values_at
@@ -22,12 +25,24 @@ def lookup_aggregate(
     """A continuous-window dataset's values as of ``ts``, assembled from tiles and events.
 
     ``found``: the key has an event at or before ``ts`` (one entry read)."""
-    ns = namespace(scope, node)
     queries = key_tuples(keys, node.keys)
     stamps = [micros(s) for s in pd.to_datetime(ts, utc=True)]
+    values, found = aggregate_at(reader, scope, node, queries, stamps)
+    return pd.DataFrame(values, columns=[a.into for a in node.aggs]), pd.Series(found, dtype=bool)
+
+
+def aggregate_at(
+    reader: StateReader,
+    scope: str,
+    node: spec.AggregateNode,
+    queries: Sequence[tuple[Any, ...]],
+    stamps_us: Sequence[int],
+) -> tuple[dict[str, list[Any]], list[bool]]:
+    """``lookup_aggregate`` on state keys (``key_tuples``) and times in µs, as lists: the
+    lookup endpoint answers a few keys, where building frames costs more than the reads."""
+    ns = namespace(scope, node)
     found = [
         next(iter(reader.scan(ns, key_prefix(k), entry_key(k, t + 1, 0))), None) is not None
-        for k, t in zip(queries, stamps, strict=True)
+        for k, t in zip(queries, stamps_us, strict=True)
     ]
-    values = values_at(reader, ns, node, queries, stamps)
-    return pd.DataFrame(values, columns=[a.into for a in node.aggs]), pd.Series(found, dtype=bool)
+    return values_at(reader, ns, node, queries, stamps_us), found

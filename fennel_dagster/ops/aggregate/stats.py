@@ -157,6 +157,8 @@ class Source:
 
     def locate(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
         """Per bound array: the index of the first entry of the query's key at or after it."""
+        if not len(self.pos):  # nothing held (a lookup between a key's events): all at 0
+            return [np.zeros(len(qkeys), dtype=np.int64) for _ in bounds]
         flat = self._locate_flat(qkeys, bounds)
         return flat if flat is not None else self._locate_ranked(qkeys, bounds)
 
