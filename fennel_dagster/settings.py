@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     engine_rocksdb_compression: RocksCompression = "snappy"
     engine_rocksdb_bloom_bits_per_key: int = Field(default=0, ge=0)
     engine_txn_interval_ms: int = 20  # how long a batch fills after its first message
+    # how long the broker holds a runner's fetch that finds nothing new (a long poll: data
+    # arriving answers it at once); short, the idle consumers of every runner fetch often
+    engine_fetch_wait_ms: int = Field(default=10, ge=0)
     engine_snapshot_interval_s: float = 30.0
     engine_snapshots_kept: int = 3
     engine_poll_interval_s: float = 2.0  # supervisor: job registry / fleet poll period

@@ -40,7 +40,7 @@ def consumer(settings: Settings, group: str, **extra: Any) -> Consumer:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,
+        "fetch.wait.max.ms": settings.engine_fetch_wait_ms,
         "fetch.min.bytes": 1,
         **extra,
     }
