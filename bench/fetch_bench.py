@@ -25,64 +25,30 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.batch_payments import _transactions, commit_payments
+from bench.sharing_bench import committed_example, engine_up, offline_lag, send_steadily
 from bench.stream_bench import T0, Engine, commit_repo, pct, probe, under_load
 from fennel_dagster.client import LocalClient
-from fennel_dagster.metadata import registry
-from fennel_dagster.metadata.db import connect
-from fennel_dagster.offline.table import OfflineTable
 from fennel_dagster.settings import Settings, get_settings
-from fennel_dagster.wire import plan
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fetch.md"
 
 
-def wait_until_up(s: Settings, partitions: int, tag: str) -> None:
-    deadline = time.monotonic() + 300
-    while True:  # every job partition heartbeats: the engine is up
-        with connect(s, s.pg_schema, autocommit=True) as conn:
-            if len(registry.runner_owners(conn)) >= partitions:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{tag}: not every job partition started in 300 s")
-        time.sleep(1)
-
-
 def example_repo(s: Settings, tag: str, rate: int, seconds: float) -> dict[str, float]:
-    topic = commit_payments(s, partitions=2)
-    with connect(s, s.pg_schema, autocommit=True) as conn:
-        jobs = registry.list_jobs(conn)
-    partitions = sum(j.partitions for j in jobs)
-    txn = next(j for j in jobs if j.kind == "offline" and j.spec.dataset.name == "Transaction")
-    assert isinstance(txn.spec, plan.OfflineJobSpec)
-    table = OfflineTable(s, txn.spec.table)
+    topic, partitions, table = committed_example(s)
     engine = Engine(s)
     engine.start()
     try:
-        wait_until_up(s, partitions, tag)
-        time.sleep(5)  # start-up spent
+        engine_up(s, partitions, tag)
         cpu0, t0 = engine.cpu(), time.monotonic()
         time.sleep(10)
         idle = (engine.cpu() - cpu0) / (time.monotonic() - t0)
-        p = Producer({"bootstrap.servers": s.kafka_servers, "linger.ms": 5})
-        n = int(rate * seconds)
-        raws = _transactions(n)
         cpu0, t0 = engine.cpu(), time.monotonic()
-        for i, raw in enumerate(raws):
-            p.produce(topic, raw)
-            p.poll(0)
-            time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
-        p.flush(30)
+        n = send_steadily(s, topic, rate, seconds)
         sent = time.monotonic()
         busy = (engine.cpu() - cpu0) / (sent - t0)
-        while table.read(["txn_id"]).num_rows < n:
-            if time.monotonic() - sent > 300:
-                raise RuntimeError(f"{tag}: the Transaction table did not catch up in 300 s")
-            time.sleep(0.2)
-        lag = time.monotonic() - sent
+        lag = offline_lag(table, n, sent, tag)
     finally:
         engine.stop()
     return {"partitions": partitions, "idle_cores": idle, "busy_cores": busy, "lag_s": lag}

@@ -48,49 +48,70 @@ def tree_pss(pid: int) -> tuple[int, int]:
     return len(pids), total
 
 
+def committed_example(s: Settings) -> tuple[str, int, OfflineTable]:
+    """examples/payments committed, two partitions a job: its topic, its job partitions and
+    the Transaction offline table."""
+    topic = commit_payments(s, partitions=2)
+    with connect(s, s.pg_schema, autocommit=True) as conn:
+        jobs = registry.list_jobs(conn)
+    txn = next(j for j in jobs if j.kind == "offline" and j.spec.dataset.name == "Transaction")
+    assert isinstance(txn.spec, plan.OfflineJobSpec)
+    return topic, sum(j.partitions for j in jobs), OfflineTable(s, txn.spec.table)
+
+
+def engine_up(s: Settings, partitions: int, tag: str) -> None:
+    """Returns once every job partition heartbeats and start-up is spent."""
+    deadline = time.monotonic() + 300
+    while True:
+        with connect(s, s.pg_schema, autocommit=True) as conn:
+            if len(registry.runner_owners(conn)) >= partitions:
+                break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{tag}: not every job partition started in 300 s")
+        time.sleep(1)
+    time.sleep(5)
+
+
+def send_steadily(s: Settings, topic: str, rate: int, seconds: float) -> int:
+    """The example's transactions to ``topic`` at ``rate`` a second for ``seconds``."""
+    p = Producer({"bootstrap.servers": s.kafka_servers, "linger.ms": 5})
+    raws = _transactions(int(rate * seconds))
+    t0 = time.monotonic()
+    for i, raw in enumerate(raws):
+        p.produce(topic, raw)
+        p.poll(0)
+        time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
+    p.flush(30)
+    return len(raws)
+
+
+def offline_lag(table: OfflineTable, n: int, sent: float, tag: str) -> float:
+    """Seconds from ``sent`` until the Transaction offline table holds ``n`` rows."""
+    while table.read(["txn_id"]).num_rows < n:
+        if time.monotonic() - sent > 300:
+            raise RuntimeError(f"{tag}: the Transaction table did not catch up in 300 s")
+        time.sleep(0.2)
+    return time.monotonic() - sent
+
+
 def one_run(
     base: Settings, per_process: int, tag: str, rate: int, seconds: float
 ) -> dict[str, float]:
     name = f"{base.namespace}{tag}"
     s = base.with_(pg_schema=name, namespace=name, state_dir=base.state_path / tag,
                    partitions=2, engine_writers_per_process=per_process)  # fmt: skip
-    topic = commit_payments(s, partitions=2)
-    with connect(s, s.pg_schema, autocommit=True) as conn:
-        jobs = registry.list_jobs(conn)
-    partitions = sum(j.partitions for j in jobs)
-    txn = next(j for j in jobs if j.kind == "offline" and j.spec.dataset.name == "Transaction")
-    assert isinstance(txn.spec, plan.OfflineJobSpec)
-    table = OfflineTable(s, txn.spec.table)
+    topic, partitions, table = committed_example(s)
     engine = Engine(s)
     engine.start()
     assert engine.proc is not None
     try:
-        deadline = time.monotonic() + 300
-        while True:  # every job partition heartbeats: the engine is up
-            with connect(s, s.pg_schema, autocommit=True) as conn:
-                if len(registry.runner_owners(conn)) >= partitions:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: not every job partition started in 300 s")
-            time.sleep(1)
-        time.sleep(5)  # start-up spent
-        p = Producer({"bootstrap.servers": s.kafka_servers, "linger.ms": 5})
-        n = int(rate * seconds)
-        raws = _transactions(n)
+        engine_up(s, partitions, tag)
         cpu0, t0 = engine.cpu(), time.monotonic()
-        for i, raw in enumerate(raws):
-            p.produce(topic, raw)
-            p.poll(0)
-            time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
-        p.flush(30)
+        n = send_steadily(s, topic, rate, seconds)
         sent = time.monotonic()
         cpu = engine.cpu() - cpu0
         procs, pss = tree_pss(engine.proc.pid)
-        while table.read(["txn_id"]).num_rows < n:
-            if time.monotonic() - sent > 300:
-                raise RuntimeError(f"{tag}: the Transaction table did not catch up in 300 s")
-            time.sleep(0.2)
-        caught = time.monotonic() - sent
+        caught = offline_lag(table, n, sent, tag)
     finally:
         engine.stop()
     return {"partitions": partitions, "processes": procs, "pss_mb": pss / 2**20,
