@@ -95,10 +95,6 @@ def lookup_state_records(
     return out, hits
 
 
-class _NeedsFrames(Exception):
-    """A value the plain road below does not type (the frame road answers it)."""
-
-
 # pandas' datetime64[ns] range, in µs: times outside it take the frame road (which refuses them)
 _FIRST_US, _LAST_US = -9_223_372_036_854_775, 9_223_372_036_854_775
 _INT64 = (-(2**63), 2**63 - 1)
@@ -120,18 +116,19 @@ def _plain_aggregate_records(
     if not all(_FIRST_US <= t <= _LAST_US for t in stamps_us):
         return None
     node = serves.node
-    try:
-        queries = [tuple(_plain_key(r[k]) for k in node.keys) for r in keys]
-        asked = [{k: _plain_key(r[k]) for k in ds.keys} for r in keys]
-    except _NeedsFrames:
+    if not all(_plain_key(r[k]) for r in keys for k in ds.keys):
         return None
+    queries = [tuple(r[k] for k in node.keys) for r in keys]
+    asked = [{k: r[k] for k in ds.keys} for r in keys]
     values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
     wanted = [f for f in ds.fields if fields is None or f.name in fields]
-    try:
-        columns = {f.name: _typed(values[f.name], f.dtype, found) for f in wanted
-                   if f.name in values}  # fmt: skip
-    except _NeedsFrames:
-        return None
+    columns: dict[str, list[Any]] = {}
+    for f in wanted:
+        if f.name in values:
+            typed = _typed(values[f.name], f.dtype, found)
+            if typed is None:
+                return None
+            columns[f.name] = typed
     out = []
     for i, (key, t) in enumerate(zip(asked, stamps_us, strict=True)):
         row: dict[str, Any] = {}
@@ -147,15 +144,14 @@ def _plain_aggregate_records(
     return out, found
 
 
-def _plain_key(v: Any) -> Any:
-    if type(v) is str or (type(v) is int and _INT64[0] <= v <= _INT64[1]):
-        return v
-    raise _NeedsFrames
+def _plain_key(v: Any) -> bool:
+    """A key value the frame road would give back as it is (and hash as it is)."""
+    return type(v) is str or (type(v) is int and _INT64[0] <= v <= _INT64[1])
 
 
-def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any]:
+def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any] | None:
     """The JSON value of each aggregate value as ``astype(dtype)`` then ``json_column`` give
-    it, a key not found as null."""
+    it, a key not found as null; None when one of them is of a type this does not type."""
     base = dtype
     while isinstance(base, spec.OptionalType):
         base = base.of
@@ -172,7 +168,7 @@ def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any]
         kind = type(v)
         if integral:
             if kind is not int or not _INT64[0] <= v <= _INT64[1]:
-                raise _NeedsFrames
+                return None
             out.append(v)
             continue
         match base:
@@ -187,7 +183,7 @@ def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any]
             case spec.StringType() | spec.RegexType() | spec.OneOfType() if kind is str:
                 out.append(v)
             case _:
-                raise _NeedsFrames
+                return None
     return out
 
 

@@ -72,6 +72,7 @@ class ServingState:
         self.tokens: dict[str, TokenRow] = {}
         self.service_secret = ""
         self.generation = 0  # bumped on every graph reload: caches keyed by it stay correct
+        self._decoded: dict[tuple[str, str], registry.JobRow] = {}  # job specs, by their text
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._outage = Outage(f"query-server-{id(self)}", "postgres", log)
@@ -114,7 +115,7 @@ class ServingState:
                 branch = commits.get_branch(conn, name)
                 head = branch.head if branch else None
                 old = self.graphs.get(name)
-                jobs = tuple(registry.branch_jobs(conn, name))
+                jobs = tuple(registry.branch_jobs(conn, name, self._decoded))
                 if old is not None and old.head == head:
                     graphs[name] = BranchGraph(name, head, old.commit, jobs)
                     continue

@@ -182,8 +182,12 @@ def _record(
     all events (read and new), and replace the tiles they touch in ``levels``."""
     fields = lay.fields
     dt = raw_dtype(len(fields))
+    # the sequences held at each instant a new event takes: only those instants can collide
+    # (the events read span the batch's gaps and window edges, mostly at other instants)
+    near = np.isin(events.ts, hi)
     taken: dict[tuple[int, int], set[int]] = {}
-    for k, t, seq in zip(events.kid.tolist(), events.ts.tolist(), events.seq.tolist(), strict=True):
+    for k, t, seq in zip(events.kid[near].tolist(), events.ts[near].tolist(),
+                         events.seq[near].tolist(), strict=True):  # fmt: skip
         taken.setdefault((k, t), set()).add(seq)
     kids, times = qk.tolist(), hi.tolist()
     m = len(kids)
