@@ -120,8 +120,11 @@ def _plain_aggregate_records(
         return None
     queries = [tuple(r[k] for k in node.keys) for r in keys]
     asked = [{k: r[k] for k in ds.keys} for r in keys]
-    values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
     wanted = [f for f in ds.fields if fields is None or f.name in fields]
+    aggs = {a.into for a in node.aggs}
+    if not all(_plain_type(f.dtype) for f in wanted if f.name in aggs):
+        return None  # decided before reading: the frame road would read it all again
+    values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
     columns: dict[str, list[Any]] = {}
     for f in wanted:
         if f.name in values:
@@ -147,6 +150,17 @@ def _plain_aggregate_records(
 def _plain_key(v: Any) -> bool:
     """A key value the frame road would give back as it is (and hash as it is)."""
     return type(v) is str or (type(v) is int and _INT64[0] <= v <= _INT64[1])
+
+
+_PLAIN = (spec.IntType, spec.FloatType, spec.BoolType, spec.StringType, spec.RegexType,
+          spec.BetweenType, spec.OneOfType)  # fmt: skip
+
+
+def _plain_type(dtype: spec.DType) -> bool:
+    """A field ``_typed`` can type (lists, maps, dates and the like cannot)."""
+    while isinstance(dtype, spec.OptionalType):
+        dtype = dtype.of
+    return isinstance(dtype, _PLAIN)
 
 
 def _typed(values: list[Any], dtype: spec.DType, found: list[bool]) -> list[Any] | None:
