@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict
+from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions
 from rocksdict import WriteBatch as RocksBatch
 
 from fennel_dagster.engine.failures import RecoveryError
@@ -176,13 +176,17 @@ class Hangar:
         fam = self._family(namespace)
         if fam is None:
             return
+        if end is not None:
+            # RocksDB stops at the bound itself: no Python comparison per entry, and it
+            # need not look past ``end`` in any level (most scans read a few entries)
+            bounded = ReadOptions()
+            bounded.set_iterate_upper_bound(end)
+            yield from fam.items(from_key=start, read_opt=bounded)
+            return
         it = fam.iter()
         it.seek(start)
         while it.valid():
-            key = it.key()
-            if end is not None and key >= end:
-                return
-            yield key, it.value()
+            yield it.key(), it.value()
             it.next()
 
     def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:

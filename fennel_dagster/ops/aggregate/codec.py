@@ -15,6 +15,7 @@ events give the same bytes whatever the batching (sums canonical, min/max float 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,17 @@ _Q = struct.Struct("<q")
 def entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
     """``entry_key`` with the key's prefix computed once."""
     return prefix + _ENTRY.pack(ts_us + _FLIP, seq)
+
+
+def entries(prefixes: Sequence[bytes], ts_us: np.ndarray, seqs: np.ndarray) -> list[bytes]:
+    """``entry`` of each row (its key's prefix, time, sequence): the suffixes packed at once."""
+    suffix = np.empty(len(prefixes), dtype=[("t", ">u8"), ("s", ">u8")])
+    suffix["t"] = ts_us.astype(np.int64).view(np.uint64) + np.uint64(_FLIP)  # wraps as pack
+    suffix["s"] = seqs
+    buf, w = suffix.tobytes(), _ENTRY.size
+    return [
+        p + buf[o : o + w] for p, o in zip(prefixes, range(0, w * len(prefixes), w), strict=True)
+    ]
 
 
 def tile_key(prefix: bytes, size: int, idx: int) -> bytes:

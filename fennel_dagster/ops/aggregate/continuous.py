@@ -14,6 +14,7 @@ from fennel_dagster.ops.aggregate.codec import (
     content_dtype,
     decode_tiles,
     encode_tile,
+    entries,
     entry,
     packed_tiles,
     raw_dtype,
@@ -25,7 +26,7 @@ from fennel_dagster.ops.aggregate.events import (
     NewEvents,
     event_seq,
     event_seqs,
-    first_free,
+    free_seqs,
     key_tuples,
     namespace,
     tiles_namespace,
@@ -185,11 +186,8 @@ def _record(
     # the sequences held at each instant a new event takes: only those instants can collide
     # (the events read span the batch's gaps and window edges, mostly at other instants)
     near = np.isin(events.ts, hi)
-    taken: dict[tuple[int, int], set[int]] = {}
-    for k, t, seq in zip(events.kid[near].tolist(), events.ts[near].tolist(),
-                         events.seq[near].tolist(), strict=True):  # fmt: skip
-        taken.setdefault((k, t), set()).add(seq)
-    kids, times = qk.tolist(), hi.tolist()
+    held = (events.kid[near], events.ts[near], events.seq[near])
+    kids = qk.tolist()
     m = len(kids)
     arr = np.zeros(m, dtype=dt)
     arr["v"] = 1
@@ -206,19 +204,15 @@ def _record(
     base = event_seqs([prefixes[k] for k in kids], content)
     for i in json:
         base[i] = event_seq(json[i], by_id[kids[i]])
-    seqs: list[int] = []
-    for k, t, b in zip(kids, times, base, strict=True):
-        held = taken.setdefault((k, t), set())
-        seq = first_free(b, held)
-        held.add(seq)
-        seqs.append(seq)
-    arr["seq"] = seqs
+    arr["seq"] = free_seqs(qk, hi, base, held)
     buf = arr.tobytes()
     w = dt.itemsize
     put = wb.puts
-    for i, (k, t, seq) in enumerate(zip(kids, times, seqs, strict=True)):
-        value = dumps(json[i]) if i in json else buf[i * w : (i + 1) * w]
-        put[(ns, entry(prefixes[k], t, seq))] = value
+    values = [buf[o : o + w] for o in range(0, w * m, w)]
+    for i, rec in json.items():
+        values[i] = dumps(rec)
+    keys = entries([prefixes[k] for k in kids], hi, arr["seq"])
+    put.update(zip(((ns, key) for key in keys), values, strict=True))
     for j in range(len(fields)):
         for i in json:
             arr[f"t{j}"][i] = 3

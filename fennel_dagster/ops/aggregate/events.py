@@ -60,6 +60,32 @@ def first_free(seq: int, taken: Container[int]) -> int:
     return seq
 
 
+def free_seqs(
+    kid: np.ndarray, ts: np.ndarray, base: Sequence[int], held: tuple[np.ndarray, ...]
+) -> list[int]:
+    """``first_free`` of each new event in order (key id, time, its ``event_seq``), given the
+    (key id, time, sequence) ``held`` already: ``base`` itself when no two of all these
+    coincide, as events at one instant almost never do; else event by event."""
+    seqs = np.asarray(base, dtype=np.uint64)
+    k = np.concatenate([held[0], kid]).astype(np.int64)
+    t = np.concatenate([held[1], ts]).astype(np.int64)
+    s = np.concatenate([held[2].astype(np.uint64), seqs])
+    order = np.lexsort((s, t, k))
+    k, t, s = k[order], t[order], s[order]
+    if not ((k[1:] == k[:-1]) & (t[1:] == t[:-1]) & (s[1:] == s[:-1])).any():
+        return list(base)
+    taken: dict[tuple[int, int], set[int]] = {}
+    for hk, ht, hs in zip(*(a.tolist() for a in held), strict=True):
+        taken.setdefault((hk, ht), set()).add(hs)
+    out: list[int] = []
+    for ek, et, b in zip(kid.tolist(), ts.tolist(), base, strict=True):
+        mine = taken.setdefault((ek, et), set())
+        seq = first_free(b, mine)
+        mine.add(seq)
+        out.append(seq)
+    return out
+
+
 class _Stored:
     """The sequences stored for one key at one instant, as a container."""
 
