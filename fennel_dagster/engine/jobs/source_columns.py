@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from fennel_dagster.engine.messages import ErrorRecord, InMessage
 from fennel_dagster.ops.limits import HIGHEST, INT64_MAX, INT64_MIN, LOWEST, MAX_TEXT_CHARS
+from fennel_dagster.ops.rows import long_digit_run
 from fennel_dagster.ops.source_rules import earliest_ns, event_time_problem
 from fennel_dagster.wire import spec
 
@@ -52,7 +53,8 @@ def parse(messages: list[InMessage], max_bytes: int) -> list[dict[str, Any]] | N
         return None
     present = cast(list[bytes], values)
     # one search over the batch: a newline (neither digit nor dot) keeps messages apart
-    if _LONG_INT.search(b"\n".join(present)):
+    joined = b"\n".join(present)
+    if long_digit_run(joined) and _LONG_INT.search(joined):
         return None
     docs = []
     for v in present:
