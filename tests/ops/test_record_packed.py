@@ -1,5 +1,6 @@
-"""A batch's event keys and sequences computed at once (``entries``, ``free_seqs``) equal
-what ``entry`` and ``first_free`` give event by event, collisions included."""
+"""A batch's event keys, tile keys and sequences computed at once (``entries``, ``tile_keys``,
+``free_seqs``) equal what ``entry``, ``tile_key`` and ``first_free`` give one by one,
+collisions included."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.ops.aggregate.codec import entries, entry
+from fennel_dagster.ops.aggregate.codec import entries, entry, tile_key, tile_keys
 from fennel_dagster.ops.aggregate.events import first_free, free_seqs
 
 TIMES = st.integers(-(2**62), 2**62) | st.sampled_from([-1, 0, 1, 2**62, -(2**62)])
@@ -20,6 +21,15 @@ def test_entries_equal_entry_one_by_one(rows: list[tuple[bytes, int, int]]) -> N
     ts = np.array([t for _, t, _ in rows], dtype=np.int64)
     seqs = np.array([s for _, _, s in rows], dtype=np.uint64)
     assert entries(prefixes, ts, seqs) == [entry(p, t, s) for p, t, s in rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=4), TIMES), max_size=30),
+       st.sampled_from([1, 2_000_000, 64_000_000, 2**40]))  # fmt: skip
+def test_tile_keys_equal_tile_key_one_by_one(rows: list[tuple[bytes, int]], size: int) -> None:
+    idx = np.array([i for _, i in rows], dtype=np.int64)
+    got = tile_keys([p for p, _ in rows], size, idx)
+    assert got == [tile_key(p, size, i) for p, i in rows]
 
 
 def _one_by_one(new: list[tuple[int, int, int]], held: list[tuple[int, int, int]]) -> list[int]:

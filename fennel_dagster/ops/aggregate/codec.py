@@ -49,9 +49,22 @@ def entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
 
 def entries(prefixes: Sequence[bytes], ts_us: np.ndarray, seqs: np.ndarray) -> list[bytes]:
     """``entry`` of each row (its key's prefix, time, sequence): the suffixes packed at once."""
-    suffix = np.empty(len(prefixes), dtype=[("t", ">u8"), ("s", ">u8")])
-    suffix["t"] = ts_us.astype(np.int64).view(np.uint64) + np.uint64(_FLIP)  # wraps as pack
-    suffix["s"] = seqs
+    return _suffixed(prefixes, _flipped(ts_us), seqs)
+
+
+def tile_keys(prefixes: Sequence[bytes], size: int, idx: np.ndarray) -> list[bytes]:
+    """``tile_key`` of each row (its key's prefix, tile index), the suffixes packed at once."""
+    return _suffixed(prefixes, np.full(len(prefixes), size, dtype=np.uint64), _flipped(idx))
+
+
+def _flipped(v: np.ndarray) -> np.ndarray:
+    """``v + 2**63`` as uint64, wrapping as ``struct`` packs it (negatives sort first)."""
+    return v.astype(np.int64).view(np.uint64) + np.uint64(_FLIP)
+
+
+def _suffixed(prefixes: Sequence[bytes], hi: np.ndarray, lo: np.ndarray) -> list[bytes]:
+    suffix = np.empty(len(prefixes), dtype=[("hi", ">u8"), ("lo", ">u8")])
+    suffix["hi"], suffix["lo"] = hi, lo
     buf, w = suffix.tobytes(), _ENTRY.size
     return [
         p + buf[o : o + w] for p, o in zip(prefixes, range(0, w * len(prefixes), w), strict=True)

@@ -19,6 +19,7 @@ from fennel_dagster.ops.aggregate.codec import (
     packed_tiles,
     raw_dtype,
     tile_key,
+    tile_keys,
     tiles_table,
 )
 from fennel_dagster.ops.aggregate.events import (
@@ -240,8 +241,9 @@ def _record(
             packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
             if packed is not None:
                 buf, w = packed.tobytes(), packed.dtype.itemsize
-                for j, (k, i) in enumerate(zip(g_kid, g_idx, strict=True)):
-                    put[(tns, tile_key(prefixes[k], size, i))] = buf[j * w : (j + 1) * w]
+                keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
+                values = [buf[o : o + w] for o in range(0, w * len(keys), w)]
+                put.update(zip(((tns, key) for key in keys), values, strict=True))
                 merged_tiles = tiles_table(both.kid[first], packed, names)
             else:  # sums past 61 bits or big ints: Python's ints
                 items: list[tuple[bytes, bytes]] = []
