@@ -25,7 +25,7 @@ from rocksdict import WriteBatch as RocksBatch
 
 from fennel_dagster.engine.failures import RecoveryError
 from fennel_dagster.engine.rocks_tuning import RocksTuning
-from fennel_dagster.ops.state import WriteBatch
+from fennel_dagster.ops.state import WriteBatch, rewritten_in_place
 
 META = "__meta__"
 _TICK_NS = 50_000_000  # beyond any kernel's coarse clock tick (1-10 ms)
@@ -54,12 +54,13 @@ class Hangar:
     def open_secondary(cls, path: Path, scratch: Path, tuning: RocksTuning | None = None) -> Hangar:
         return cls(path, secondary=scratch, tuning=tuning)
 
-    def _options(self) -> Options:
-        return self.tuning.family(self._cache)
+    def _options(self, namespace: str = "default") -> Options:
+        in_place = self.secondary is None and rewritten_in_place(namespace)
+        return self.tuning.family(self._cache, in_place)
 
     def _open(self) -> None:
         families = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []
-        cfs = {name: self._options() for name in families if name != "default"}
+        cfs = {name: self._options(name) for name in families if name != "default"}
         if self.secondary is not None:
             self.secondary.mkdir(parents=True, exist_ok=True)
             self._db = Rdict(
@@ -106,7 +107,7 @@ class Hangar:
     def _family(self, namespace: str, create: bool = False) -> Any:
         fam = self._families.get(namespace)
         if fam is None and create:
-            fam = self._db.create_column_family(namespace, self._options())
+            fam = self._db.create_column_family(namespace, self._options(namespace))
             self._families[namespace] = fam
             self._handles[namespace] = self._db.get_column_family_handle(namespace)
         return fam

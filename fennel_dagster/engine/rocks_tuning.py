@@ -44,9 +44,17 @@ class RocksTuning:
         """The database's block cache, to share among its families' options."""
         return Cache(self.block_cache_mb * MB)
 
-    def family(self, cache: Cache) -> Options:
-        """Options of one column family (``Options`` for the database's default family too)."""
+    def family(self, cache: Cache, in_place: bool = False) -> Options:
+        """Options of one column family (``Options`` for the database's default family too);
+        ``in_place``: a rewritten family (``ops.state.rewritten_in_place``) of a writer, whose
+        memtable then keeps one version of an entry, not one per batch that wrote it. Readers
+        (a secondary) never set it: RocksDB's iterators do not lock an entry updated in place."""
         opts = Options(raw_mode=True)
+        # one thread writes a partition's state, a batch at a time: concurrent memtable
+        # writes gain nothing there, and in-place updates require them off (a database option)
+        opts.set_allow_concurrent_memtable_write(False)
+        if in_place:
+            opts.set_inplace_update_support(True)
         table = BlockBasedOptions()
         if self.block_cache_mb > 0:
             table.set_block_cache(cache)

@@ -16,6 +16,17 @@ from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# A namespace whose entries its operator overwrites batch after batch (a window's tiles)
+# ends so; its store may then update an entry where it lies in memory.
+REWRITTEN_SUFFIX = ":tiles"
+
+
+def rewritten_in_place(namespace: str) -> bool:
+    """Whether ``namespace``'s entries are overwritten over and over and never read backwards
+    (no ``last``): RocksDB may then update them in place in its memtable, which would
+    otherwise hold every version and make each seek skip them all."""
+    return namespace.endswith(REWRITTEN_SUFFIX)
+
 
 class StateReader(Protocol):
     def get(self, namespace: str, key: bytes) -> bytes | None: ...

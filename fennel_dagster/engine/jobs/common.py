@@ -146,6 +146,8 @@ def partitions_of(
     stay in the partition of the job that made them)."""
     if not key_fields:
         return np.full(len(rows), keyless, dtype=np.int64)
+    if partitions == 1:  # every key's hash modulo 1
+        return np.zeros(len(rows), dtype=np.int64)
     columns = [json_column(rows[k]) for k in key_fields]
     # remembered: a stream meets the same keys over and over. One memo per partition count
     # and key dtypes, as True and 1 are one dict key but not one partition key.

@@ -45,7 +45,7 @@ from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.columns import utc
 from fennel_dagster.ops.keys import key_prefix
 from fennel_dagster.ops.rows import dumps
-from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
+from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
 
@@ -115,7 +115,7 @@ def _compute(
     starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
-    tns = ns + ":tiles"
+    tns = ns + REWRITTEN_SUFFIX
     gk = qk[starts]
     # Recording a batch, a key's queries span the batch's time for it, and so do the gaps
     # between their intervals at each edge of the window: reading through a gap reads about
@@ -350,7 +350,7 @@ def layout_of(
     node: spec.AggregateNode, reader: StateReader, ns: str, wb: WriteBatch | None = None
 ) -> Layout:
     """The node's layout as its state was written; with ``wb``, the marker of a new state."""
-    tns = ns + ":tiles"
+    tns = ns + REWRITTEN_SUFFIX
     mark = reader.get(tns, LEVELS_KEY)
     if mark is None:
         legacy = next(iter(reader.scan(ns, b"")), None) is not None

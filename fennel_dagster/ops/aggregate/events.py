@@ -17,7 +17,7 @@ from fennel_dagster.ops.aggregate.layout import Layout, of_columns
 from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
 from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
 from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads
-from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
+from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
 
@@ -26,7 +26,7 @@ def namespace(scope: str, node: spec.AggregateNode) -> str:
 
 
 def tiles_namespace(scope: str, node: spec.AggregateNode) -> str:
-    return f"{namespace(scope, node)}:tiles"
+    return namespace(scope, node) + REWRITTEN_SUFFIX
 
 
 def event_seq(rec: dict[str, Any], key: Sequence[Any]) -> int:
