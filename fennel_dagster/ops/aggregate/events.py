@@ -64,25 +64,31 @@ def free_seqs(
     kid: np.ndarray, ts: np.ndarray, base: Sequence[int], held: tuple[np.ndarray, ...]
 ) -> list[int]:
     """``first_free`` of each new event in order (key id, time, its ``event_seq``), given the
-    (key id, time, sequence) ``held`` already: ``base`` itself when no two of all these
-    coincide, as events at one instant almost never do; else event by event."""
-    seqs = np.asarray(base, dtype=np.uint64)
+    (key id, time, sequence) ``held`` already. Only the instants where two of all these
+    coincide (identical events, mostly) are taken event by event; everywhere else an event
+    keeps its ``base``."""
+    n_held = len(held[0])
     k = np.concatenate([held[0], kid]).astype(np.int64)
     t = np.concatenate([held[1], ts]).astype(np.int64)
-    s = np.concatenate([held[2].astype(np.uint64), seqs])
+    s = np.concatenate([held[2].astype(np.uint64), np.asarray(base, dtype=np.uint64)])
     order = np.lexsort((s, t, k))
     k, t, s = k[order], t[order], s[order]
-    if not ((k[1:] == k[:-1]) & (t[1:] == t[:-1]) & (s[1:] == s[:-1])).any():
-        return list(base)
-    taken: dict[tuple[int, int], set[int]] = {}
-    for hk, ht, hs in zip(*(a.tolist() for a in held), strict=True):
-        taken.setdefault((hk, ht), set()).add(hs)
-    out: list[int] = []
-    for ek, et, b in zip(kid.tolist(), ts.tolist(), base, strict=True):
-        mine = taken.setdefault((ek, et), set())
-        seq = first_free(b, mine)
-        mine.add(seq)
-        out.append(seq)
+    same_instant = (k[1:] == k[:-1]) & (t[1:] == t[:-1])
+    clash = same_instant & (s[1:] == s[:-1])
+    out = list(base)
+    if not clash.any():
+        return out
+    instant = np.empty(len(order), dtype=np.int64)
+    instant[order] = np.r_[0, np.cumsum(~same_instant)]  # each row's (key, time) group
+    busy = np.isin(instant, instant[order[1:][clash]])  # the groups with a clash
+    taken: dict[int, set[int]] = {}
+    held_seqs = held[2].tolist()
+    for i in np.flatnonzero(busy[:n_held]).tolist():
+        taken.setdefault(int(instant[i]), set()).add(held_seqs[i])
+    for j in np.flatnonzero(busy[n_held:]).tolist():  # the batch's own order
+        mine = taken.setdefault(int(instant[n_held + j]), set())
+        out[j] = first_free(out[j], mine)
+        mine.add(out[j])
     return out
 
 
