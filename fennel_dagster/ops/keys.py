@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-_TS = struct.Struct(">QQ")
-_FLIP = 1 << 63
+SUFFIX = struct.Struct(">QQ")
+"""An entry's suffix after its key's prefix: flipped time and sequence (a tile's: its size
+and flipped index)."""
+FLIP = 1 << 63
 
 
 def _plain(v: Any) -> Any:
@@ -42,13 +46,38 @@ def micros_of(ts: pd.Series) -> list[int]:
 
 
 def entry_key(values: tuple[Any, ...], ts_micros: int, seq: int) -> bytes:
-    return key_prefix(values) + _TS.pack(ts_micros + _FLIP, seq)
+    return entry(key_prefix(values), ts_micros, seq)
+
+
+def entry(prefix: bytes, ts_micros: int, seq: int) -> bytes:
+    """``entry_key`` with the key's prefix computed once."""
+    return prefix + SUFFIX.pack(ts_micros + FLIP, seq)
+
+
+def entries(prefixes: Sequence[bytes], ts_micros: np.ndarray, seqs: np.ndarray) -> list[bytes]:
+    """``entry`` of each row (its key's prefix, time, sequence): the suffixes packed at once."""
+    return suffixed(prefixes, flipped(ts_micros), seqs)
+
+
+def flipped(v: np.ndarray) -> np.ndarray:
+    """``v + 2**63`` as uint64, wrapping as ``struct`` packs it (negatives sort first)."""
+    return v.astype(np.int64).view(np.uint64) + np.uint64(FLIP)
+
+
+def suffixed(prefixes: Sequence[bytes], hi: np.ndarray, lo: np.ndarray) -> list[bytes]:
+    """Each prefix followed by ``SUFFIX.pack(hi, lo)`` of its row, packed by numpy at once."""
+    suffix = np.empty(len(prefixes), dtype=[("hi", ">u8"), ("lo", ">u8")])
+    suffix["hi"], suffix["lo"] = hi, lo
+    buf, w = suffix.tobytes(), suffix.dtype.itemsize
+    return [
+        p + buf[o : o + w] for p, o in zip(prefixes, range(0, w * len(prefixes), w), strict=True)
+    ]
 
 
 def split_entry(key: bytes) -> tuple[int, int]:
     """(timestamp in microseconds, sequence) of an ``entry_key``."""
-    ts, seq = _TS.unpack(key[-_TS.size :])
-    return ts - _FLIP, seq
+    ts, seq = SUFFIX.unpack(key[-SUFFIX.size :])
+    return ts - FLIP, seq
 
 
 def prefix_end(prefix: bytes) -> bytes:

@@ -8,8 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.ops.aggregate.codec import entries, entry, tile_key, tile_keys
+from fennel_dagster.ops.aggregate.codec import tile_key, tile_keys
 from fennel_dagster.ops.aggregate.events import first_free, free_seqs
+from fennel_dagster.ops.keys import entries, entry
 
 TIMES = st.integers(-(2**62), 2**62) | st.sampled_from([-1, 0, 1, 2**62, -(2**62)])
 

@@ -29,11 +29,10 @@ from fennel_dagster.ops.aggregate.stats import (
     extremes,
     stats_from_lists,
 )
+from fennel_dagster.ops.keys import FLIP, SUFFIX, flipped, suffixed
 from fennel_dagster.ops.rows import dumps, loads
 
-_TILE = struct.Struct(">QQ")
-_FLIP = 1 << 63
-_ENTRY = struct.Struct(">QQ")
+_TILE = SUFFIX
 _I64_LO, _I64_HI = -(1 << 63), 1 << 63
 _I128 = 1 << 127
 
@@ -42,37 +41,13 @@ _F64 = struct.Struct("<d")
 _Q = struct.Struct("<q")
 
 
-def entry(prefix: bytes, ts_us: int, seq: int) -> bytes:
-    """``entry_key`` with the key's prefix computed once."""
-    return prefix + _ENTRY.pack(ts_us + _FLIP, seq)
-
-
-def entries(prefixes: Sequence[bytes], ts_us: np.ndarray, seqs: np.ndarray) -> list[bytes]:
-    """``entry`` of each row (its key's prefix, time, sequence): the suffixes packed at once."""
-    return _suffixed(prefixes, _flipped(ts_us), seqs)
-
-
 def tile_keys(prefixes: Sequence[bytes], size: int, idx: np.ndarray) -> list[bytes]:
     """``tile_key`` of each row (its key's prefix, tile index), the suffixes packed at once."""
-    return _suffixed(prefixes, np.full(len(prefixes), size, dtype=np.uint64), _flipped(idx))
-
-
-def _flipped(v: np.ndarray) -> np.ndarray:
-    """``v + 2**63`` as uint64, wrapping as ``struct`` packs it (negatives sort first)."""
-    return v.astype(np.int64).view(np.uint64) + np.uint64(_FLIP)
-
-
-def _suffixed(prefixes: Sequence[bytes], hi: np.ndarray, lo: np.ndarray) -> list[bytes]:
-    suffix = np.empty(len(prefixes), dtype=[("hi", ">u8"), ("lo", ">u8")])
-    suffix["hi"], suffix["lo"] = hi, lo
-    buf, w = suffix.tobytes(), _ENTRY.size
-    return [
-        p + buf[o : o + w] for p, o in zip(prefixes, range(0, w * len(prefixes), w), strict=True)
-    ]
+    return suffixed(prefixes, np.full(len(prefixes), size, dtype=np.uint64), flipped(idx))
 
 
 def tile_key(prefix: bytes, size: int, idx: int) -> bytes:
-    return prefix + _TILE.pack(size, idx + _FLIP)
+    return prefix + _TILE.pack(size, idx + FLIP)
 
 
 def content_dtype(ncols: int) -> np.dtype:
@@ -268,7 +243,7 @@ def _decode_tiles_slow(
     per: dict[str, list[list[Any]]] = {c: [] for c in names}
     empty = [0, 0, 0, 0, 0, 0, None, None]
     for k, v in items:
-        i0 = _TILE.unpack(k[-_TILE.size :])[1] - _FLIP
+        i0 = _TILE.unpack(k[-_TILE.size :])[1] - FLIP
         if v[:1] == b"{":
             d = loads(v)
             idx.append(i0)

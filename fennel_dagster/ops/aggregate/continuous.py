@@ -14,8 +14,6 @@ from fennel_dagster.ops.aggregate.codec import (
     content_dtype,
     decode_tiles,
     encode_tile,
-    entries,
-    entry,
     packed_tiles,
     raw_dtype,
     tile_key,
@@ -43,7 +41,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.columns import utc
-from fennel_dagster.ops.keys import key_prefix
+from fennel_dagster.ops.keys import entries, entry, key_prefix
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -202,7 +200,8 @@ def _record(
         odd |= recs.tags[c] == 3
     for i in np.flatnonzero(odd).tolist():
         json[i] = recs.record(i)
-    base = event_seqs([prefixes[k] for k in kids], content)
+    row_prefixes = [prefixes[k] for k in kids]
+    base = event_seqs(row_prefixes, content)
     for i in json:
         base[i] = event_seq(json[i], by_id[kids[i]])
     arr["seq"] = free_seqs(qk, hi, base, held)
@@ -212,7 +211,7 @@ def _record(
     values = [buf[o : o + w] for o in range(0, w * m, w)]
     for i, rec in json.items():
         values[i] = dumps(rec)
-    keys = entries([prefixes[k] for k in kids], hi, arr["seq"])
+    keys = entries(row_prefixes, hi, arr["seq"])
     put.update(zip(((ns, key) for key in keys), values, strict=True))
     for j in range(len(fields)):
         for i in json:
