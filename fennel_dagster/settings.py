@@ -94,6 +94,14 @@ class Settings(BaseSettings):
         description="use a local directory (home/objects) instead of an S3 server",
     )
 
+    # Schema registry (Confluent's REST API; the local stack runs Apicurio Registry's
+    # Confluent-compatible one): Avro and Protobuf sources name it in their format
+    registry_port: int = 58081
+    registry_auth: str | None = Field(
+        default=None,
+        description="'user:password' for a schema registry's basic auth (the IR never holds it)",
+    )
+
     # Engine state and Spark
     state_dir: Path | None = None  # default: home/state
     # Engine runners: freshness vs throughput, snapshots, and the fleet's lease
@@ -193,6 +201,11 @@ class Settings(BaseSettings):
     def serve_url(self) -> str:
         """The local query server (``fennel-dagster serve``)."""
         return f"http://{self.host}:{self.serve_port}"
+
+    @property
+    def registry_url(self) -> str:
+        """The local schema registry's Confluent-compatible API, as sources name it."""
+        return f"http://{self.host}:{self.registry_port}/apis/ccompat/v7"
 
     @property
     def postgres_host(self) -> str:

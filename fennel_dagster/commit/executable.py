@@ -52,10 +52,8 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
             elif c.kind == "kafka" and not dict(c.config).get("topic"):
                 yield Violation(ds.name, where, "names no topic",
                                       f"use {c.name}.topic('<topic>') in @source")  # fmt: skip
-            elif c.kind == "kafka" and dict(c.config).get("format", "json") != "json":
-                yield Violation(ds.name, where,
-                    f"the engine reads JSON topics, not {dict(c.config).get('format')} yet",
-                    "produce JSON to the topic, or select this source out with env=")  # fmt: skip
+            elif c.kind == "kafka" and (why := _unreadable_format(dict(c.config))):
+                yield Violation(ds.name, where, why[0], why[1])
             elif c.kind == "postgres":
                 cfg = dict(c.config)
                 for key, fix in (("host", "host="), ("db_name", "db_name=")):
@@ -65,6 +63,25 @@ def engine_connectors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viol
                 if not cfg.get("cursor"):
                     yield Violation(ds.name, where, "has no cursor column",
                                     f"use {c.name}.table('<table>', cursor='<column>')")  # fmt: skip
+
+
+def _unreadable_format(cfg: dict[str, object]) -> tuple[str, str] | None:
+    """Why the engine cannot read a Kafka source's values, and the fix (None: it can)."""
+    fmt = cfg.get("format", "json")
+    if fmt == "json":
+        return None
+    if fmt not in ("avro", "protobuf"):
+        return (f"format {fmt!r} is not one the engine reads (JSON, Avro, Protobuf)",
+                "produce JSON, or Avro / Protobuf through a schema registry")  # fmt: skip
+    name = "Avro" if fmt == "avro" else "Protobuf"
+    if cfg.get("schema_registry") != "confluent":
+        return (f"{name} with registry {cfg.get('schema_registry')!r}: the engine reads "
+                "values in Confluent's wire format, from a Confluent-compatible registry",
+                f'give {name}(registry="confluent", url=...)')  # fmt: skip
+    if not str(cfg.get("registry_url") or "").startswith(("http://", "https://")):
+        return (f"{name} with registry url {cfg.get('registry_url')!r}: not an http(s) URL",
+                f'give {name}(registry="confluent", url="http://<host>:<port>")')  # fmt: skip
+    return None
 
 
 def sinks(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:

@@ -3,6 +3,8 @@
 - ``Fenced``: a newer runner owns the partition: stop, touch nothing.
 - ``RecoveryError``: something is not there yet (a topic, replaylog markers): retry.
 - ``PermanentJobError``: retrying would fail the same way: stop and record why.
+- ``ServiceUnavailable``: a service the job's logic calls (a schema registry) did not
+  answer: the batch is retried whole, never judged message by message.
 Anything else (Kafka, Postgres, S3 errors) is transient and retried with backoff.
 """
 
@@ -23,3 +25,9 @@ class PermanentJobError(EngineError):
     """A job partition that cannot run as committed (its spec cannot be built, or its logic
     raised on a batch: ``process`` is deterministic, so a retry would raise again). The
     runner stops and records the reason in the registry instead of retrying forever."""
+
+
+class ServiceUnavailable(EngineError, ConnectionError):
+    """A service the job's logic needs did not answer. Not the input's fault: the batch is
+    not bisected into poison messages (``engine.isolation``); the runner waits the outage
+    out with backoff, as for Kafka or Postgres (``engine.restarts.transient``)."""

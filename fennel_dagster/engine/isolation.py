@@ -11,8 +11,9 @@ passes over the failing half only. Each half sees the state the halves before it
 the result equals processing the good messages in order; recovery replays through the same
 function and reaches the same state.
 
-What is not a bad row: a ``FennelError`` (shipped code that does not load, an operator the
-executor does not support) fails every message alike; so does a batch in which no message
+Nor is a service that does not answer (``ServiceUnavailable``: a schema registry): the
+batch is retried whole once it is back. Nor a ``FennelError`` (shipped code that does not
+load, an operator the executor does not support): it fails every message alike; so does a batch in which no message
 succeeds on its own (at least ``JOB_FAULT_MIN`` of them). Those are job faults: the caller
 stops the partition and records why.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fennel_dagster.engine.failures import PermanentJobError
+from fennel_dagster.engine.failures import PermanentJobError, ServiceUnavailable
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration, newest
 from fennel_dagster.errors import FennelError
 from fennel_dagster.ops import batches
@@ -38,6 +39,8 @@ def process_isolating(
     """``process(msgs, state)``, with the messages that raise alone set aside as errors."""
     try:
         return process(msgs, state)
+    except ServiceUnavailable:
+        raise
     except FennelError as e:
         raise PermanentJobError(_fault(job, msgs, e)) from e
     except Exception as first:  # noqa: BLE001 - classified below
@@ -57,7 +60,7 @@ def _bisect(
     how many tried alone or in groups (a batch message's rows count one each)."""
     try:
         return process(msgs, state), len(msgs), len(msgs)
-    except FennelError:
+    except FennelError:  # ServiceUnavailable among them: the caller's to handle
         raise
     except Exception as e:  # noqa: BLE001 - a bad row, or a half holding one
         if len(msgs) == 1:

@@ -121,6 +121,7 @@ class Runner:
             self.logic: JobLogic = build_job(
                 self.spec,
                 lambda t: kafka_clients.topic_partitions(settings, t, job.name, stop=stop),
+                settings.registry_auth,
             )
         except RecoveryError:
             raise

@@ -10,6 +10,7 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.stack.kafka import Kafka
 from fennel_dagster.stack.postgres import Postgres
 from fennel_dagster.stack.process import StackError
+from fennel_dagster.stack.registry import SchemaRegistry
 from fennel_dagster.stack.s3 import S3Server
 from fennel_dagster.stack.service import Health, Service
 from fennel_dagster.stack.spark import Spark
@@ -18,6 +19,7 @@ SERVICES: dict[str, type[Service]] = {
     "postgres": Postgres,
     "kafka": Kafka,
     "s3": S3Server,
+    "registry": SchemaRegistry,
     "spark": Spark,
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +20,15 @@ from fennel_dagster.stack.prereqs import require
 from fennel_dagster.stack.process import StackError
 
 COMPONENTS = ("kafka", "s3proxy", "spark")
+
+# services published on Maven Central as an archive of an application already built (its
+# jars and launcher), not as a classpath to assemble: group:artifact:version:type:classifier
+ARCHIVES = {
+    # Apicurio Registry's Quarkus app (it serves Confluent's schema-registry REST API at
+    # /apis/ccompat/v7). 2.6 runs on Java 17; 3.x needs 21. Its plain jar cannot be
+    # re-assembled from Central (modules and Quarkus extensions it needs are not there).
+    "registry": "io.apicurio:apicurio-registry-app:2.6.13.Final:tar.gz:all",
+}
 
 
 def jar_dir(settings: Settings, component: str) -> Path:
@@ -77,6 +87,40 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:  # another file system, or links not allowed
         shutil.copy2(src, dst)
+
+
+def archive_current(settings: Settings, component: str) -> bool:
+    done = settings.jars_dir / component / ".complete"
+    return done.exists() and done.read_text() == ARCHIVES[component]
+
+
+def fetch_archive(settings: Settings, component: str) -> Path:
+    """Unpack ``component``'s archive (``ARCHIVES``) into its directory (once); returns it."""
+    coords = ARCHIVES[component]
+    out = settings.jars_dir / component
+    if archive_current(settings, component):
+        return out
+    require("java")
+    mvn = require("mvn")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cmd = [
+        mvn, "-q", "-B", "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
+        f"-Dartifact={coords}", f"-DoutputDirectory={out}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    archives = list(out.glob("*.tar.gz"))
+    if proc.returncode != 0 or len(archives) != 1:
+        raise StackError(
+            f"Maven could not fetch {coords} for the {component} service:\n"
+            f"{(proc.stdout + proc.stderr)[-3000:]}\n"
+            "Check that Maven Central is reachable and retry `fennel-dagster stack up`."
+        )
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(out, filter="data")
+    archives[0].unlink()
+    (out / ".complete").write_text(coords)
+    return out
 
 
 def classpath(settings: Settings, component: str) -> str:

@@ -160,13 +160,46 @@ def test_new_connectors_are_declared_kept_out_of_the_ir_credentials_and_refused_
     MockClient().commit("ext", datasets=datasets)  # the mock takes them, as Fennel's does
     errors = validate(commit, None, PLATFORM_RULES)
     got = {f"{e.entity}: {e.where}": e.message for e in errors}
+    # Avro and Protobuf through a Confluent-compatible registry are read (test_registry_sources)
     assert sorted(got) == [
-        "FromAvro: sink http(h)", "FromAvro: source kafka(k)", "FromMongo: source mongo(mongo_src)",
-        "FromProto: source kafka(k)", "FromPubSub: source pubsub(pubsub_src)",
+        "FromAvro: sink http(h)", "FromMongo: source mongo(mongo_src)",
+        "FromPubSub: source pubsub(pubsub_src)",
     ], got  # fmt: skip
     assert "no reader for mongo" in got["FromMongo: source mongo(mongo_src)"]
     assert "no reader for pubsub" in got["FromPubSub: source pubsub(pubsub_src)"]
-    assert "not protobuf" in got["FromProto: source kafka(k)"]
+
+
+def test_registry_formats_the_engine_cannot_read_are_refused_with_the_fix() -> None:
+    kafka = Kafka(name="k")
+
+    @source(kafka.topic("a", format=Avro(registry="glue", url="http://r")), disorder="1d",
+            cdc="append")  # fmt: skip
+    @dataset
+    class GlueAvro:
+        uid: int
+        ts: datetime
+
+    proto = Protobuf(registry="confluent", url="registry:8081", username="u", password="p")
+
+    @source(kafka.topic("p", format=proto), disorder="1d", cdc="append")
+    @dataset
+    class NoScheme:
+        uid: int
+        ts: datetime
+
+    @source(kafka.topic("c", format="csv"), disorder="1d", cdc="append")
+    @dataset
+    class Csv:
+        uid: int
+        ts: datetime
+
+    errors = validate(commit_spec("fmt", [GlueAvro, NoScheme, Csv]), None, PLATFORM_RULES)
+    got = {e.entity: (e.message, e.fix) for e in errors}
+    assert sorted(got) == ["Csv", "GlueAvro", "NoScheme"], got
+    assert "registry 'glue'" in got["GlueAvro"][0]
+    assert got["GlueAvro"][1] == 'give Avro(registry="confluent", url=...)'
+    assert "'registry:8081': not an http(s) URL" in got["NoScheme"][0]
+    assert "format 'csv'" in got["Csv"][0]
 
 
 # --------------------------------------------------------------------------- erase

@@ -306,7 +306,7 @@ def test_connectors_the_platform_cannot_read_are_declared_and_refused_by_name() 
     errors = validate(spec, None, PLATFORM_RULES)
     named = sorted(f"{e.entity}: {e.where}" for e in errors)
     assert named == [
-        "FromAvro: sink http(h)", "FromAvro: source kafka(k)", "FromKinesis: sink snowflake(sf)",
+        "FromAvro: sink http(h)", "FromKinesis: sink snowflake(sf)",
         "FromKinesis: source kinesis(k)", "FromMySQL: source mysql(my_mysql)",
     ], named  # fmt: skip
 

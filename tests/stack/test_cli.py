@@ -55,7 +55,7 @@ def test_status_of_the_live_stack_exits_zero_with_one_up_line_per_service(
     proc = _cli(live_stack, "stack", "status")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert [ln.split()[0] for ln in lines] == ["postgres", "kafka", "s3", "spark"]
+    assert [ln.split()[0] for ln in lines] == ["postgres", "kafka", "s3", "registry", "spark"]
     assert all(ln.split()[1] == "up" for ln in lines)
     assert f"127.0.0.1:{live_stack.pg_port}" in lines[0]
 
@@ -79,7 +79,9 @@ def test_logs_prints_the_tail_of_a_service_log(live_stack: Settings) -> None:
 def test_unknown_service_is_refused_with_the_known_names(settings: Settings) -> None:
     proc = _cli(settings, "stack", "status", "redis")
     assert proc.returncode == 2
-    assert "unknown service(s) ['redis']; known: postgres, kafka, s3, spark" in proc.stderr
+    assert (
+        "unknown service(s) ['redis']; known: postgres, kafka, s3, registry, spark" in proc.stderr
+    )
 
 
 def test_settings_command_prints_exports_a_shell_can_eval_and_json(

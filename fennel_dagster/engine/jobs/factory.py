@@ -12,12 +12,17 @@ from fennel_dagster.engine.jobs.source import SourceJob
 from fennel_dagster.wire import plan
 
 
-def build_job(job: plan.StreamJobSpec, topic_partitions: Callable[[str], int]) -> JobLogic:
-    """``topic_partitions(topic)``: the partition count of an external (user) topic."""
+def build_job(
+    job: plan.StreamJobSpec,
+    topic_partitions: Callable[[str], int],
+    registry_auth: str | None = None,
+) -> JobLogic:
+    """``topic_partitions(topic)``: the partition count of an external (user) topic;
+    ``registry_auth``: a schema registry's ``user:password`` (Avro / Protobuf sources)."""
     if isinstance(job, plan.PipelineJobSpec):
         return PipelineJob(job)
     if isinstance(job, plan.IndexJobSpec):
         return IndexJob(job)
     if isinstance(job, plan.KafkaSinkJobSpec):
         return KafkaSinkJob(job, topic_partitions(job.output_topic))
-    return SourceJob(job, topic_partitions(job.external_topic))
+    return SourceJob(job, topic_partitions(job.external_topic), registry_auth)

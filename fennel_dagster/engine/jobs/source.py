@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.engine.jobs import source_columns
+from fennel_dagster.engine.jobs import registry_formats, source_columns
 from fennel_dagster.engine.jobs.common import batch_records, partitions_of
 from fennel_dagster.engine.messages import ErrorRecord, InMessage, Iteration
 from fennel_dagster.ops.keys import micros
@@ -41,12 +41,15 @@ from fennel_dagster.wire import plan, spec
 
 MAX_MESSAGE_BYTES = 1_000_000
 _WATERMARK = b"watermark"
+_UNREAD = object()  # a message whose value could not be read (its error row is written)
 
 
 class SourceJob:
     stateful = True
 
-    def __init__(self, job: plan.SourceJobSpec, external_partitions: int) -> None:
+    def __init__(
+        self, job: plan.SourceJobSpec, external_partitions: int, registry_auth: str | None = None
+    ) -> None:
         self.name = job.name
         self.source = job.source
         self.dataset = job.dataset
@@ -56,6 +59,8 @@ class SourceJob:
         self.output = job.output_topic
         self.namespace = f"source:{job.name}"
         self.where = where_function(self.source)
+        # Avro / Protobuf values (a schema registry's wire format), else JSON
+        self.format = registry_formats.format_of(self.source, registry_auth)
         self._columns = source_columns.takes(self.source)
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
@@ -86,7 +91,11 @@ class SourceJob:
     def _by_columns(self, messages: list[InMessage], state: StateReader) -> Iteration | None:
         """The batch judged column by column (``source_columns``), or None when one of its
         rows needs the row-by-row road."""
-        docs = source_columns.parse(messages, MAX_MESSAGE_BYTES)
+        docs = (
+            source_columns.parse(messages, MAX_MESSAGE_BYTES)
+            if self.format is None
+            else registry_formats.decode_all(self.format, messages, MAX_MESSAGE_BYTES)
+        )
         if not docs:
             return None
         cols: dict[str, pd.Series] = {}
@@ -219,19 +228,16 @@ class SourceJob:
                 "split it into rows of their own"
             )))  # fmt: skip
             return []
-        try:
-            doc = json.loads(m.value.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            it.errors.append(self._error(m, "parse", f"not UTF-8 text: {e}"))
-            return []
-        except ValueError as e:
-            it.errors.append(self._error(m, "parse", f"not JSON: {e}"))
-            return []
-        except RecursionError:
-            it.errors.append(self._error(m, "parse", (
-                "JSON nested deeper than the parser allows (about a thousand levels)"
-            )))  # fmt: skip
-            return []
+        if self.format is not None:
+            try:
+                doc = self.format.decode(m.value)
+            except registry_formats.BadValue as e:
+                it.errors.append(self._error(m, "parse", str(e)))
+                return []
+        else:
+            doc = self._json(m, it)
+            if doc is _UNREAD:
+                return []
         docs = doc if isinstance(doc, list) else [doc]
         out: list[tuple[dict[str, Any], InMessage, bool]] = []
         for d in docs:
@@ -247,6 +253,23 @@ class SourceJob:
             else:
                 out.append((d, m, False))
         return out
+
+    def _json(self, m: InMessage, it: Iteration) -> Any:
+        """The JSON document a message carries (``_UNREAD``: an error row was added)."""
+        assert m.value is not None
+        try:
+            return json.loads(m.value.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            it.errors.append(self._error(m, "parse", f"not UTF-8 text: {e}"))
+            return _UNREAD
+        except ValueError as e:
+            it.errors.append(self._error(m, "parse", f"not JSON: {e}"))
+            return _UNREAD
+        except RecursionError:
+            it.errors.append(self._error(m, "parse", (
+                "JSON nested deeper than the parser allows (about a thousand levels)"
+            )))  # fmt: skip
+            return _UNREAD
 
     def _unwrap(
         self, env: dict[str, Any], m: InMessage, it: Iteration
