@@ -11,11 +11,9 @@ it is back, and judges no row.
 from __future__ import annotations
 
 import struct
-import tempfile
 import threading
+import time
 from datetime import UTC, datetime, timedelta
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,23 +22,23 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from fennel_dagster import dataset, meta, source
+from fennel_dagster import dataset, meta, source, stack
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine.error_records import decode_error
 from fennel_dagster.engine.failures import ServiceUnavailable
 from fennel_dagster.engine.isolation import process_isolating
+from fennel_dagster.engine.jobs.protobuf_values import message_class
 from fennel_dagster.engine.jobs.source import SourceJob
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.engine.restarts import transient
-from fennel_dagster.engine.runner import Runner
+from fennel_dagster.engine.runner import run_forever
 from fennel_dagster.ops.batches import rows_of
 from fennel_dagster.ops.state import MemoryState
 from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Avro, Kafka, Protobuf
 from fennel_dagster.wire import plan
-from tests.engine.harness import commit, create_topic, raw_records, read_topic, wait_for
+from tests.engine.harness import Fleet, commit, create_topic, raw_records, read_topic, wait_for
 
 pytestmark = pytest.mark.services
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -79,6 +77,14 @@ def _datasets(topic: str, fmt: Avro | Protobuf) -> list[Any]:
     return [Txn]
 
 
+def _source_job(topic: str, fmt: Avro | Protobuf, partitions: int = 1) -> SourceJob:
+    """The source job a runner would build for ``fmt`` on ``topic`` (no commit)."""
+    ds = commit_spec("direct", _datasets(topic, fmt)).datasets[0]
+    return SourceJob(plan.SourceJobSpec(
+        name="direct", partitions=partitions, dataset=ds, source=ds.sources[0], output_topic="o",
+        error_topic="e", replaylog="r", external_topic=topic), 1)  # fmt: skip
+
+
 def _row(i: int) -> dict[str, Any]:
     return {"uid": i % 5, "amount": i + 0.5, "kind": "CASH" if i % 2 else "CARD",
             "ts": T0 + timedelta(minutes=i)}  # fmt: skip
@@ -94,23 +100,14 @@ def _ingest(
     for v in payloads:
         p.produce(topic, v, partition=0)
     assert p.flush(30) == 0
-    stop, failures = threading.Event(), []
-    runner = Runner(s, src, 0, "registry-test")
-
-    def run() -> None:
-        try:
-            runner.run(stop)
-        except BaseException as e:  # noqa: BLE001
-            failures.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
+    fleet = Fleet(s, "registry-test")
+    fleet.start(src, [0])
+    runner = fleet.threads[0][2]
     try:
-        wait_for(lambda: runner.stats.messages >= len(payloads) or bool(failures), 120, "ingest")
+        wait_for(lambda: runner.stats.messages >= len(payloads) or bool(fleet.failures), 120,
+                 "ingest")  # fmt: skip
     finally:
-        stop.set()
-        t.join(60)
-    assert not failures, failures
+        fleet.stop()
     rows = [r for _, _, r in read_topic(s, src.spec.output_topic, 1)]
     errors = [decode_error(v) for v in raw_records(s, src.spec.error_topic)]
     return rows, errors
@@ -120,6 +117,14 @@ def _expected(i: int) -> dict[str, Any]:
     return {**_row(i), "ts": _row(i)["ts"].isoformat()}
 
 
+def _one_partition(s: Settings, name: str) -> tuple[Settings, str, SchemaRegistryClient]:
+    """One-partition settings, a topic of the test's own, a client of the stack's registry."""
+    s = s.with_(partitions=1)
+    topic = f"{s.namespace}.{name}"
+    create_topic(s, topic, 1)
+    return s, topic, SchemaRegistryClient({"url": s.registry_url})
+
+
 def _canon(r: dict[str, Any]) -> dict[str, Any]:
     return {**r, "ts": datetime.fromisoformat(r["ts"]).astimezone(UTC).isoformat()}
 
@@ -127,10 +132,7 @@ def _canon(r: dict[str, Any]) -> dict[str, Any]:
 def test_avro_values_become_rows_and_undecodable_ones_error_rows(
     engine_settings: Settings,
 ) -> None:
-    s = engine_settings.with_(partitions=1)
-    topic = f"{s.namespace}.avro"
-    create_topic(s, topic, 1)
-    client = SchemaRegistryClient({"url": s.registry_url})
+    s, topic, client = _one_partition(engine_settings, "avro")
     ctx = SerializationContext(topic, MessageField.VALUE)
     good = AvroSerializer(client, AVRO)
     good_values = [good(_row(i), ctx) for i in range(40)]
@@ -165,28 +167,11 @@ def test_avro_values_become_rows_and_undecodable_ones_error_rows(
         assert e["stage"] == ("schema" if name == "wrong type" else "parse"), e
 
 
-def _proto_class() -> Any:
-    from grpc_tools import protoc
-
-    d = Path(tempfile.mkdtemp(prefix="proto-test-"))
-    (d / "txn.proto").write_text(PROTO)
-    wk = str(resources.files("grpc_tools") / "_proto")
-    assert protoc.main(["protoc", f"-I{d}", f"-I{wk}", "--include_imports",
-                        f"--descriptor_set_out={d / 'set.pb'}", "txn.proto"]) == 0  # fmt: skip
-    pool = descriptor_pool.DescriptorPool()
-    for f in descriptor_pb2.FileDescriptorSet.FromString((d / "set.pb").read_bytes()).file:
-        pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("test.Txn"))
-
-
 def test_protobuf_values_become_rows_whether_the_registry_holds_a_descriptor_or_proto_text(
     engine_settings: Settings,
 ) -> None:
-    s = engine_settings.with_(partitions=1)
-    topic = f"{s.namespace}.proto"
-    create_topic(s, topic, 1)
-    client = SchemaRegistryClient({"url": s.registry_url})
-    Txn = _proto_class()
+    s, topic, client = _one_partition(engine_settings, "proto")
+    Txn = message_class(PROTO, "test.Txn")
 
     def message(i: int) -> Any:
         r = _row(i)
@@ -229,11 +214,9 @@ def test_a_registry_that_does_not_answer_stops_the_batch_and_judges_no_row(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
-    fmt = Avro(registry="confluent", url=f"http://127.0.0.1:{port}/apis/ccompat/v7")
-    ds = commit_spec("down", _datasets("t", fmt)).datasets[0]
-    job = SourceJob(plan.SourceJobSpec(
-        name="down", partitions=1, dataset=ds, source=ds.sources[0], output_topic="o",
-        error_topic="e", replaylog="r", external_topic="t"), 1)  # fmt: skip
+    job = _source_job(
+        "t", Avro(registry="confluent", url=f"http://127.0.0.1:{port}/apis/ccompat/v7")
+    )
     value = b"\x00\x00\x00\x00\x07" + b"\x02"
     msgs = [InMessage("t", 0, i, None, value, 0) for i in range(20)]
     with pytest.raises(ServiceUnavailable) as caught:
@@ -249,11 +232,7 @@ def test_clean_avro_batches_take_the_column_road_and_equal_the_row_road(
     topic = f"{unique_name}.cols"
     ser = AvroSerializer(client, AVRO)
     ctx = SerializationContext(topic, MessageField.VALUE)
-    fmt = Avro(registry="confluent", url=live_stack.registry_url)
-    ds = commit_spec("cols", _datasets(topic, fmt)).datasets[0]
-    job = SourceJob(plan.SourceJobSpec(
-        name="cols", partitions=2, dataset=ds, source=ds.sources[0], output_topic="o",
-        error_topic="e", replaylog="r", external_topic=topic), 1)  # fmt: skip
+    job = _source_job(topic, Avro(registry="confluent", url=live_stack.registry_url), 2)
     msgs = [InMessage(topic, 0, i, None, ser(_row(i), ctx)) for i in range(50)]
     fast = job._by_columns(msgs, MemoryState())  # noqa: SLF001
     slow = job._row_by_row(msgs, MemoryState())  # noqa: SLF001
@@ -265,3 +244,52 @@ def test_clean_avro_batches_take_the_column_road_and_equal_the_row_road(
     assert sorted(map(_canon, (r for _, r in rows[0])), key=str) == sorted(
         map(_expected, range(50)), key=str
     )
+
+
+# a new version of the schema (an optional field with a default): values written with it
+# carry an id the runner has not fetched yet
+AVRO_V2 = AVRO.replace(
+    '{"name": "uid", "type": "long"},',
+    '{"name": "uid", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": null},',
+)
+
+
+def test_the_runner_rides_out_a_registry_outage_and_loses_no_row(
+    engine_settings: Settings,
+) -> None:
+    """The stack's registry is stopped while values of a schema the runner has not seen wait
+    on the topic: no row is judged without it, none goes to the error topic, and once the
+    registry is back every row arrives exactly once (``run_forever`` retries with backoff)."""
+    s, topic, client = _one_partition(engine_settings, "outage")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1, v2 = AvroSerializer(client, AVRO), AvroSerializer(client, AVRO_V2)
+    first = [v1(_row(i), ctx) for i in range(20)]
+    second = [v2({**_row(i), "note": None}, ctx) for i in range(20, 40)]
+    jobs = commit(s, _datasets(topic, Avro(registry="confluent", url=s.registry_url)))
+    src = jobs["source:Txn"]
+    p = Producer({"bootstrap.servers": s.kafka_servers})
+    stop = threading.Event()
+    t = threading.Thread(target=run_forever, args=(s, src, 0, "outage-test", stop), daemon=True)
+    t.start()
+    try:
+        for v in first:
+            p.produce(topic, v, partition=0)
+        assert p.flush(30) == 0
+        out = src.spec.output_topic
+        wait_for(lambda: len(read_topic(s, out, 1, timeout=5)) == 20, 120, "rows before")
+        stack.down(s, ["registry"])
+        try:
+            for v in second:
+                p.produce(topic, v, partition=0)
+            assert p.flush(30) == 0
+            time.sleep(4)  # the runner meets the outage, and keeps retrying
+            assert len(read_topic(s, out, 1, timeout=5)) == 20
+        finally:
+            assert all(r.health.ok for r in stack.up(s, ["registry"]))
+        wait_for(lambda: len(read_topic(s, out, 1, timeout=5)) >= 40, 120, "rows after")
+    finally:
+        stop.set()
+        t.join(120)
+    rows = [r for _, _, r in read_topic(s, src.spec.output_topic, 1)]
+    assert sorted(map(_canon, rows), key=str) == sorted(map(_expected, range(40)), key=str)
+    assert raw_records(s, src.spec.error_topic) == []

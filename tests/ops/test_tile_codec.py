@@ -57,8 +57,21 @@ def test_values_past_int64_sums_fall_back_and_what_packs_still_equals(
     _check(SQUARES if squares else NODE, events, must_pack=False)
 
 
+@settings(max_examples=50, deadline=None)
+@given(events_of)
+def test_a_batch_of_new_keys_merged_with_no_tiles_read_still_packs(
+    events: list[tuple[int, int, object, object]],
+) -> None:
+    """A batch whose keys have no tiles yet merges its events with an empty read: that read
+    must not turn the columns into Python objects, which only the slow path merges."""
+    none_read = decode_tiles(Layout.of(NODE), np.zeros(0, np.int64), [])
+    for c, st_ in none_read.cols.items():
+        assert all(v.dtype != object for v in st_.values()), c
+    assert _check(NODE, events, must_pack=True, read=none_read)
+
+
 def _check(node: spec.AggregateNode, events: list[tuple[int, int, object, object]],
-           must_pack: bool) -> bool:  # fmt: skip
+           must_pack: bool, read: Table | None = None) -> bool:  # fmt: skip
     lay = Layout.of(node)
     names = sorted(lay.cols)
     events = sorted(events, key=lambda e: (e[0], e[1]))
@@ -75,6 +88,8 @@ def _check(node: spec.AggregateNode, events: list[tuple[int, int, object, object
         assert got is not None
         cols[c] = got
     t = Table(kid, pos, np.ones(len(events), np.int64), cols)
+    if read is not None:  # tiles read for these keys (none, here), then the batch's events
+        t = Table.concat([read, t])
     code = kid * 16 + pos
     groups, gid = np.unique(code, return_inverse=True)
     first = np.searchsorted(gid, np.arange(len(groups)))

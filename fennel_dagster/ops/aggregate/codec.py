@@ -201,8 +201,9 @@ def decode_tiles(
     names = sorted(lay.cols)
     dt = _tile_dtype(len(names))
     vals = [it if isinstance(it, bytes) else it[1] for it in items]
-    m = len(vals)
-    if not (m and all(len(v) == dt.itemsize and v[0] == 1 for v in vals)):
+    # none read: int64 columns all the same, or every merge with this batch's events would
+    # take Python's ints (``packed_tiles`` refuses object columns)
+    if not all(len(v) == dt.itemsize and v[0] == 1 for v in vals):
         return _decode_tiles_slow(lay, kid, items, names, dt)
     return tiles_table(kid, np.frombuffer(b"".join(vals), dtype=dt), names)
 
