@@ -10,8 +10,7 @@ from typing import Any
 import fastavro
 
 from fennel_dagster.engine.jobs.registry_client import Registry
-from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header
-from fennel_dagster.ops.rows import json_value
+from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header, row_of
 
 
 class AvroRows:
@@ -31,7 +30,7 @@ class AvroRows:
         if not isinstance(row, dict):
             raise BadValue(f"schema {schema_id} is an Avro {type(row).__name__}, not a record: "
                            "a row must be a record with the dataset's fields")  # fmt: skip
-        return json_value(row)  # type: ignore[no-any-return]
+        return row_of(row)
 
     def _parse(self, schema_id: int) -> Any:
         schema = self.registry.schema(schema_id)

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from fennel_dagster.engine.jobs.registry_client import Registry
-from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header
+from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header, row_of
 from fennel_dagster.ops.rows import json_value
 
 
@@ -48,7 +48,7 @@ class ProtobufRows:
         except DecodeError as e:
             raise BadValue(f"the Protobuf payload does not parse as {cls.DESCRIPTOR.full_name} "
                            f"(schema {schema_id}): {e}") from e  # fmt: skip
-        return _message_row(msg)
+        return row_of(_message_row(msg))
 
     def _message_type(self, schema_id: int, path: tuple[int, ...]) -> type[Message]:
         fd = self._files.get(schema_id)

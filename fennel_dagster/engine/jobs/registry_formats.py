@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.errors import EngineError
+from fennel_dagster.ops.rows import json_value
 from fennel_dagster.wire import spec
 
 _HEADER = struct.Struct(">bI")
@@ -73,6 +74,21 @@ def decode_all(
         except BadValue:
             return None
     return rows
+
+
+_AS_IS = frozenset({str, int, bool, type(None)})
+
+
+def row_of(decoded: dict[str, Any]) -> dict[str, Any]:
+    """A decoded record as a JSON value would give it (``rows.json_value`` of it), in place:
+    only the values JSON has no type for (times, dates, decimals, nested values) and NaN
+    are converted; the rest, most of a row, is left as it is."""
+    for k, v in decoded.items():
+        t = type(v)
+        if t in _AS_IS or (t is float and v == v):
+            continue
+        decoded[k] = json_value(v)
+    return decoded
 
 
 def header(value: bytes, what: str) -> int:
