@@ -40,4 +40,7 @@ class AvroRows:
         if schema.references:
             raise BadValue(f"schema {schema_id} references other subjects, which Avro sources "
                            "do not resolve yet: register it with its types inlined")  # fmt: skip
-        return fastavro.parse_schema(json.loads(schema.schema_str or "null"))
+        try:
+            return fastavro.parse_schema(json.loads(schema.schema_str or "null"))
+        except (ValueError, fastavro.schema.SchemaParseException) as e:
+            raise BadValue(f"schema {schema_id} is not an Avro schema fastavro reads: {e}") from e

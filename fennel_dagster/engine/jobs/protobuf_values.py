@@ -89,7 +89,11 @@ class ProtobufRows:
                 raise BadValue(f"schema {schema_id} imports {dep}, which is neither in it nor a "
                                "well-known type: register one file with its messages")  # fmt: skip
             wk = descriptor_pb2.FileDescriptorProto()
-            descriptor_pool.Default().FindFileByName(dep).CopyToProto(wk)
+            try:
+                descriptor_pool.Default().FindFileByName(dep).CopyToProto(wk)
+            except KeyError as e:
+                raise BadValue(f"schema {schema_id} imports {dep}, a well-known type this "
+                               "engine does not carry: inline what it needs") from e  # fmt: skip
             pool.Add(wk)
             known.add(dep)
         for f in files:
