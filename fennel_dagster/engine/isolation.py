@@ -13,9 +13,9 @@ function and reaches the same state.
 
 Nor is a service that does not answer (``ServiceUnavailable``: a schema registry): the
 batch is retried whole once it is back. Nor a ``FennelError`` (shipped code that does not
-load, an operator the executor does not support): it fails every message alike; so does a batch in which no message
-succeeds on its own (at least ``JOB_FAULT_MIN`` of them). Those are job faults: the caller
-stops the partition and records why.
+load, an operator the executor does not support): it fails every message alike; so does a
+batch in which no message succeeds on its own (at least ``JOB_FAULT_MIN`` of them). Those
+are job faults: the caller stops the partition and records why.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ from fennel_dagster.engine.error_records import decode_error
 from fennel_dagster.engine.failures import ServiceUnavailable
 from fennel_dagster.engine.isolation import process_isolating
 from fennel_dagster.engine.jobs.protobuf_values import message_class
-from fennel_dagster.engine.jobs.source import SourceJob
+from fennel_dagster.engine.jobs.registry_client import Registry
+from fennel_dagster.engine.jobs.registry_formats import decode_each
+from fennel_dagster.engine.jobs.source import MAX_MESSAGE_BYTES, SourceJob
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.engine.restarts import transient
 from fennel_dagster.engine.runner import run_forever
@@ -234,8 +236,10 @@ def test_clean_avro_batches_take_the_column_road_and_equal_the_row_road(
     ctx = SerializationContext(topic, MessageField.VALUE)
     job = _source_job(topic, Avro(registry="confluent", url=live_stack.registry_url), 2)
     msgs = [InMessage(topic, 0, i, None, ser(_row(i), ctx)) for i in range(50)]
-    fast = job._by_columns(msgs, MemoryState())  # noqa: SLF001
-    slow = job._row_by_row(msgs, MemoryState())  # noqa: SLF001
+    assert job.format is not None
+    decoded = decode_each(job.format, msgs, MAX_MESSAGE_BYTES)
+    fast = job._by_columns(msgs, MemoryState(), decoded)  # noqa: SLF001
+    slow = job._row_by_row(msgs, MemoryState(), decoded)  # noqa: SLF001
     assert fast is not None, "a clean batch must take the column road"
     rows = [[(o.partition, r) for o in it.outputs for r in rows_of(o.value)] for it in (fast, slow)]
     assert rows[0] == rows[1] and len(rows[0]) == 50
@@ -244,6 +248,39 @@ def test_clean_avro_batches_take_the_column_road_and_equal_the_row_road(
     assert sorted(map(_canon, (r for _, r in rows[0])), key=str) == sorted(
         map(_expected, range(50)), key=str
     )
+
+
+def test_a_schema_id_that_fails_is_fetched_once_and_each_value_of_it_is_an_error_row(
+    live_stack: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id the registry does not hold is asked for once, not once per value (a batch of
+    them would otherwise cost a registry round trip each); a tombstone's reason names the
+    source's format."""
+    fetched: list[int] = []
+    real = Registry.schema
+
+    def counting(self: Registry, schema_id: int) -> Any:
+        fetched.append(schema_id)
+        return real(self, schema_id)
+
+    monkeypatch.setattr(Registry, "schema", counting)
+    url = live_stack.registry_url
+    for fmt, kind in (
+        (Avro(registry="confluent", url=url), "an Avro record"),
+        # Fennel's Protobuf requires credentials; the stack's registry ignores them
+        (Protobuf(registry="confluent", url=url, username="u", password="p"), "a Protobuf message"),
+    ):
+        fetched.clear()
+        job = _source_job("t", fmt)
+        unknown = b"\x00" + struct.pack(">I", 2_000_000_000) + b"\x00\x02"
+        msgs = [InMessage("t", 0, i, None, unknown, 0) for i in range(30)]
+        msgs.append(InMessage("t", 0, 30, b"k", None, 0))
+        it = job.process(msgs, MemoryState())
+        assert fetched == [2_000_000_000], fetched
+        assert len(it.errors) == 31 and not it.outputs
+        reasons = [e.reason for e in it.errors]
+        assert all("is not in the registry" in r for r in reasons[:30]), reasons[0]
+        assert f"a row must be {kind}" in reasons[30]
 
 
 # a new version of the schema (an optional field with a default): values written with it

@@ -16,13 +16,20 @@ from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, h
 class AvroRows:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
+        # schema id -> its parsed schema, or why it cannot be read (kept too: an id names
+        # one schema forever, and each of its values would fetch it again)
         self._schemas: dict[int, Any] = {}
 
     def decode(self, value: bytes) -> dict[str, Any]:
         schema_id = header(value, "Avro")
         parsed = self._schemas.get(schema_id)
         if parsed is None:
-            parsed = self._schemas[schema_id] = self._parse(schema_id)
+            try:
+                parsed = self._schemas[schema_id] = self._parse(schema_id)
+            except BadValue as e:
+                parsed = self._schemas[schema_id] = e
+        if isinstance(parsed, BadValue):
+            raise BadValue(str(parsed))
         try:
             row = fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), parsed, None)
         except (EOFError, ValueError, IndexError, struct.error, UnicodeDecodeError) as e:

@@ -33,15 +33,23 @@ from fennel_dagster.ops.rows import json_value
 class ProtobufRows:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self._files: dict[int, Any] = {}  # schema id -> its file's descriptor
-        self._types: dict[tuple[int, tuple[int, ...]], type[Message]] = {}
+        # schema id -> its file's descriptor, or why it has none (kept: an id names one
+        # schema forever, and .proto text would be compiled again for each of its values)
+        self._files: dict[int, Any] = {}
+        self._types: dict[tuple[int, tuple[int, ...]], type[Message] | BadValue] = {}
 
     def decode(self, value: bytes) -> dict[str, Any]:
         schema_id = header(value, "Protobuf")
         path, at = _message_indexes(value, HEADER_SIZE)
         cls = self._types.get((schema_id, path))
         if cls is None:
-            cls = self._types[(schema_id, path)] = self._message_type(schema_id, path)
+            try:
+                cls = self._message_type(schema_id, path)
+            except BadValue as e:
+                cls = e
+            self._types[(schema_id, path)] = cls
+        if isinstance(cls, BadValue):
+            raise BadValue(str(cls))
         msg = cls()
         try:
             msg.ParseFromString(value[at:])
@@ -53,7 +61,12 @@ class ProtobufRows:
     def _message_type(self, schema_id: int, path: tuple[int, ...]) -> type[Message]:
         fd = self._files.get(schema_id)
         if fd is None:
-            fd = self._files[schema_id] = self._compile(schema_id)
+            try:
+                fd = self._files[schema_id] = self._compile(schema_id)
+            except BadValue as e:
+                fd = self._files[schema_id] = e
+        if isinstance(fd, BadValue):
+            raise BadValue(str(fd))
         types: Any = fd.message_types_by_name.values()
         desc: Descriptor | None = None
         for i in path:

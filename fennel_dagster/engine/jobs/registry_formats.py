@@ -60,20 +60,28 @@ def format_of(source: spec.SourceSpec, auth: str | None = None) -> RowFormat | N
     return ProtobufRows(registry)
 
 
-def decode_all(
-    fmt: RowFormat, messages: list[InMessage], max_bytes: int
-) -> list[dict[str, Any]] | None:
-    """Each message's row, for the column road; None when one carries no row (the row
-    road then sets it aside with its reason)."""
-    rows = []
+Decoded = dict[str, Any] | BadValue | None
+
+
+def decode_each(fmt: RowFormat, messages: list[InMessage], max_bytes: int) -> list[Decoded]:
+    """Each message's row, or the ``BadValue`` saying why it carries none (None: no value,
+    or too big to decode, which the row road reports). Decoded once per batch: the column
+    road takes the rows when all are good, the row road the rows and the reasons."""
+    out: list[Decoded] = []
     for m in messages:
         if m.value is None or len(m.value) > max_bytes:
-            return None
+            out.append(None)
+            continue
         try:
-            rows.append(fmt.decode(m.value))
-        except BadValue:
-            return None
-    return rows
+            out.append(fmt.decode(m.value))
+        except BadValue as e:
+            out.append(e)
+    return out
+
+
+def all_rows(decoded: list[Decoded]) -> list[dict[str, Any]] | None:
+    """The rows for the column road, or None when a message carries none."""
+    return decoded if all(type(d) is dict for d in decoded) else None  # type: ignore[return-value]
 
 
 _AS_IS = frozenset({str, int, bool, type(None)})

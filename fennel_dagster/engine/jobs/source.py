@@ -42,6 +42,7 @@ from fennel_dagster.wire import plan, spec
 MAX_MESSAGE_BYTES = 1_000_000
 _WATERMARK = b"watermark"
 _UNREAD = object()  # a message whose value could not be read (its error row is written)
+_ROW_KINDS = {"avro": "an Avro record", "protobuf": "a Protobuf message"}  # else a JSON object
 
 
 class SourceJob:
@@ -61,6 +62,8 @@ class SourceJob:
         self.where = where_function(self.source)
         # Avro / Protobuf values (a schema registry's wire format), else JSON
         self.format = registry_formats.format_of(self.source, registry_auth)
+        self._row_kind = _ROW_KINDS.get(str(dict(self.source.connector.config).get("format")),
+                                        "a JSON object")  # fmt: skip
         self._columns = source_columns.takes(self.source)
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
@@ -82,19 +85,26 @@ class SourceJob:
     # ------------------------------------------------------------------ one batch
 
     def process(self, messages: list[InMessage], state: StateReader) -> Iteration:
+        decoded = self._decoded(messages)
         if self._columns:
-            it = self._by_columns(messages, state)
+            it = self._by_columns(messages, state, decoded)
             if it is not None:
                 return it
-        return self._row_by_row(messages, state)
+        return self._row_by_row(messages, state, decoded)
 
-    def _by_columns(self, messages: list[InMessage], state: StateReader) -> Iteration | None:
+    def _by_columns(
+        self,
+        messages: list[InMessage],
+        state: StateReader,
+        decoded: list[registry_formats.Decoded] | None = None,
+    ) -> Iteration | None:
         """The batch judged column by column (``source_columns``), or None when one of its
         rows needs the row-by-row road."""
+        decoded = decoded or self._decoded(messages)
         docs = (
             source_columns.parse(messages, MAX_MESSAGE_BYTES)
-            if self.format is None
-            else registry_formats.decode_all(self.format, messages, MAX_MESSAGE_BYTES)
+            if decoded is None
+            else registry_formats.all_rows(decoded)
         )
         if not docs:
             return None
@@ -130,11 +140,24 @@ class SourceJob:
                 it.newest_event_us = mark
         return it
 
-    def _row_by_row(self, messages: list[InMessage], state: StateReader) -> Iteration:
+    def _decoded(self, messages: list[InMessage]) -> list[registry_formats.Decoded] | None:
+        """Each Avro/Protobuf message's row or reason (None: a JSON source, parsed by each
+        road its own way)."""
+        if self.format is None:
+            return None
+        return registry_formats.decode_each(self.format, messages, MAX_MESSAGE_BYTES)
+
+    def _row_by_row(
+        self,
+        messages: list[InMessage],
+        state: StateReader,
+        decoded: list[registry_formats.Decoded] | None = None,
+    ) -> Iteration:
+        decoded = decoded or self._decoded(messages)
         it = Iteration(writes=WriteBatch())
         rows: list[tuple[dict[str, Any], InMessage, bool]] = []
-        for m in messages:
-            rows += self._parse(m, it)
+        for i, m in enumerate(messages):
+            rows += self._parse(m, it, None if decoded is None else decoded[i])
         rows = self._shape(rows, it)
         raw_mark = state.get(self.namespace, _WATERMARK)
         mark = int(raw_mark) if raw_mark is not None else None
@@ -214,11 +237,14 @@ class SourceJob:
 
     # ------------------------------------------------------------------ stages
 
-    def _parse(self, m: InMessage, it: Iteration) -> list[tuple[dict[str, Any], InMessage, bool]]:
+    def _parse(
+        self, m: InMessage, it: Iteration, decoded: registry_formats.Decoded
+    ) -> list[tuple[dict[str, Any], InMessage, bool]]:
+        """A message's rows (``decoded``: its Avro/Protobuf row or reason, already decoded)."""
         if m.value is None:
             it.errors.append(self._error(m, "parse", (
                 f"a message with a null value (a tombstone, key {m.key!r}) on a source of "
-                f"{self.dataset.name}: a row must be a JSON object; to delete a row use "
+                f"{self.dataset.name}: a row must be {self._row_kind}; to delete a row use "
                 'cdc="upsert" with a delete marker or cdc="debezium" with op "d"'
             )))  # fmt: skip
             return []
@@ -229,11 +255,10 @@ class SourceJob:
             )))  # fmt: skip
             return []
         if self.format is not None:
-            try:
-                doc = self.format.decode(m.value)
-            except registry_formats.BadValue as e:
-                it.errors.append(self._error(m, "parse", str(e)))
+            if isinstance(decoded, registry_formats.BadValue):
+                it.errors.append(self._error(m, "parse", str(decoded)))
                 return []
+            doc = decoded
         else:
             doc = self._json(m, it)
             if doc is _UNREAD:
