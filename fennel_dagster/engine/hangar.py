@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,33 @@ class Hangar:
         while it.valid():
             yield it.key(), it.value()
             it.next()
+
+    def scan_ranges(
+        self, namespace: str, bounds: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        """One iterator sought to each range: making an iterator costs ~10 us (a bounded
+        one per range made thousands of short scans a batch's largest cost), a seek ~3.
+        Unbounded, a seek past a range's end walks over deleted entries until a live one,
+        so this suits namespaces that rarely delete (a window's events and tiles)."""
+        items: list[tuple[bytes, bytes]] = []
+        counts: list[int] = []
+        fam = self._family(namespace)
+        if fam is None:
+            return items, [0] * len(bounds)
+        it = fam.iter()
+        seek, valid, key, value, step = it.seek, it.valid, it.key, it.value, it.next
+        add = items.append
+        for start, end in bounds:
+            before = len(items)
+            seek(start)
+            while valid():
+                k = key()
+                if k >= end:
+                    break
+                add((k, value()))
+                step()
+            counts.append(len(items) - before)
+        return items, counts
 
     def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
         fam = self._family(namespace)

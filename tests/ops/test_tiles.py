@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from fennel_dagster.ops import aggregate, tiles
 from fennel_dagster.ops.aggregate.events import event_seq
 from fennel_dagster.ops.pipeline import PipelineExecutor
-from fennel_dagster.ops.state import MemoryState
+from fennel_dagster.ops.state import MemoryState, scan_each
 from fennel_dagster.wire import spec
 
 T0 = pd.Timestamp("2026-01-01", tz="UTC")
@@ -276,6 +276,11 @@ class Counting:
     def last(self, namespace: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
         self.entries += 1
         return self.base.last(namespace, start, end)
+
+    def scan_ranges(
+        self, namespace: str, bounds: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        return scan_each(self, namespace, bounds)
 
 
 def reads_for_lookup(duration: int | None, history_minutes: int) -> int:

@@ -64,14 +64,13 @@ def _scan_merged(
     locate what they need in the result, so entries of a gap read through are never counted."""
     qks = np.broadcast_to(qk, lo.shape).ravel()
     g, a, b = tiles.merge_grouped(qks, lo.ravel(), hi.ravel(), slack)
-    items: list[tuple[bytes, bytes]] = []
-    found = np.zeros(keys, dtype=np.int64)
-    scan = reader.scan
-    for k, x, y in zip(g.tolist(), a.tolist(), b.tolist(), strict=True):
-        before = len(items)
-        items += scan(ns, key_at(k, x), key_at(k, y))
-        found[k] += len(items) - before
-    return items, found.tolist()
+    gs = g.tolist()
+    bounds = [
+        (key_at(k, x), key_at(k, y)) for k, x, y in zip(gs, a.tolist(), b.tolist(), strict=True)
+    ]
+    items, counts = reader.scan_ranges(ns, bounds)
+    found = np.bincount(np.asarray(gs, dtype=np.int64), weights=counts, minlength=keys)
+    return items, found.astype(np.int64).tolist()
 
 
 def _tile_at(prefixes: list[bytes], size: int) -> Callable[[int, int], bytes]:
