@@ -75,6 +75,18 @@ LIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.
 @op(description="Runs the engine's exactly-once runner for one job partition until stopped.")
 def run_job_partition(context: OpExecutionContext, fennel: FennelSettings) -> None:
     settings = fennel.settings()
+    tagged = context.run.tags.get(SCHEMA_TAG)
+    if tagged is not None and tagged != settings.pg_schema:
+        # platforms sharing one Dagster storage share its run queue: another platform's
+        # daemon may launch this run with its own settings, where the key means another job
+        raise Failure(
+            description=f"run {context.run_id} belongs to the platform of metadata schema "
+            f"{tagged!r}, but the code location that launched it has schema "
+            f"{settings.pg_schema!r}: a daemon of another platform sharing this Dagster storage "
+            "(a second `fennel-dagster dev`?) took it from the queue. Stop that daemon, or give "
+            "each platform its own Dagster storage; this run ran nothing.",
+            metadata={"run schema": tagged, "settings schema": settings.pg_schema},
+        )
     with connect(settings, settings.pg_schema, autocommit=True) as conn:
         jobs = registry.list_jobs(conn)
         branches = registry.jobs_by_branch(conn)

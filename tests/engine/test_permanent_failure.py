@@ -146,3 +146,38 @@ def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(
     finally:
         get_settings.cache_clear()
     assert 0 in _reason_of(s, pipe)
+
+
+def test_a_run_of_another_platforms_schema_refuses_to_run(
+    broken_job: tuple[Settings, registry.JobRow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Platforms sharing one Dagster storage share its run queue: a run tagged with another
+    metadata schema, launched here, fails naming both schemas instead of running whatever
+    this platform's job of that key is (or silently nothing)."""
+    s, pipe = broken_job
+    for k, v in s.as_env().items():
+        monkeypatch.setitem(os.environ, k, v)
+    get_settings.cache_clear()
+    try:
+        from resources import FennelSettings
+        from sensors.engine import engine_partition_run, job_partitions
+
+        key = keepalive.partition_key(pipe, 0)
+        with DagsterInstance.ephemeral() as instance:
+            instance.add_dynamic_partitions(job_partitions.name, [key])
+            result = engine_partition_run.execute_in_process(
+                partition_key=key,
+                instance=instance,
+                raise_on_error=False,
+                resources={"fennel": FennelSettings()},
+                tags={keepalive.SCHEMA_TAG: "another_platform"},
+            )
+            assert not result.success
+            failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+            assert failure.step_failure_data is not None
+            shown = failure.step_failure_data.user_failure_data
+            text = shown.description if shown else ""
+            assert "'another_platform'" in text and repr(s.pg_schema) in text, text
+            assert "ran nothing" in text
+    finally:
+        get_settings.cache_clear()
