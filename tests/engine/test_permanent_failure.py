@@ -100,84 +100,77 @@ def test_a_permanently_failing_partition_stops_and_records_why(
     assert keepalive.partition_key(pipe, (part + 1) % pipe.partitions, jobs) in plan.launch
 
 
-def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(
+@pytest.fixture
+def code_location_of(
     broken_job: tuple[Settings, registry.JobRow], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    s, pipe = broken_job
+) -> Iterator[tuple[Settings, registry.JobRow]]:
+    """The broken job's platform as the Dagster code location's settings (its environment)."""
+    s, _ = broken_job
     for k, v in s.as_env().items():
         monkeypatch.setitem(os.environ, k, v)
     get_settings.cache_clear()
     try:
-        from resources import FennelSettings, KafkaResource, MetadataStore
-        from sensors.engine import engine_partition_run, job_partitions
-
-        key = keepalive.partition_key(pipe, 0)
-        with DagsterInstance.ephemeral() as instance:
-            instance.add_dynamic_partitions(job_partitions.name, [key])
-            result = engine_partition_run.execute_in_process(
-                partition_key=key,
-                instance=instance,
-                raise_on_error=False,
-                resources={"fennel": FennelSettings()},
-            )
-            assert not result.success
-            failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-            assert failure.step_failure_data is not None
-            message = (
-                failure.step_failure_data.error.message if failure.step_failure_data.error else ""
-            )
-            shown = failure.step_failure_data.user_failure_data
-            text = f"{message} {shown.description if shown else ''}"
-            assert "stopped for good" in text and "does not compile" in text, text
-
-            # and the dataset's asset shows it: the stream-health observation names the reason
-            from sensors.health import stream_health
-
-            context = build_sensor_context(
-                instance=instance,
-                resources={"metadata": MetadataStore(), "kafka": KafkaResource()},
-            )
-            observed = stream_health(context)
-            assert isinstance(observed, SensorResult)
-            spend = next(e for e in observed.asset_events or []
-                         if e.asset_key.path[-1] == "Spend")  # fmt: skip
-            assert spend.metadata["stopped partitions"].value == 1
-            assert "does not compile" in str(spend.metadata["stopped because"].value)
+        yield broken_job
     finally:
         get_settings.cache_clear()
+
+
+def test_the_dagster_run_of_a_failing_partition_fails_with_the_reason(
+    code_location_of: tuple[Settings, registry.JobRow],
+) -> None:
+    s, pipe = code_location_of
+    from resources import KafkaResource, MetadataStore
+
+    with DagsterInstance.ephemeral() as instance:
+        text = _failed_run(instance, pipe, {})
+        assert "stopped for good" in text and "does not compile" in text, text
+
+        # and the dataset's asset shows it: the stream-health observation names the reason
+        from sensors.health import stream_health
+
+        context = build_sensor_context(
+            instance=instance,
+            resources={"metadata": MetadataStore(), "kafka": KafkaResource()},
+        )
+        observed = stream_health(context)
+        assert isinstance(observed, SensorResult)
+        spend = next(e for e in observed.asset_events or []
+                     if e.asset_key.path[-1] == "Spend")  # fmt: skip
+        assert spend.metadata["stopped partitions"].value == 1
+        assert "does not compile" in str(spend.metadata["stopped because"].value)
     assert 0 in _reason_of(s, pipe)
 
 
 def test_a_run_of_another_platforms_schema_refuses_to_run(
-    broken_job: tuple[Settings, registry.JobRow], monkeypatch: pytest.MonkeyPatch
+    code_location_of: tuple[Settings, registry.JobRow],
 ) -> None:
     """Platforms sharing one Dagster storage share its run queue: a run tagged with another
     metadata schema, launched here, fails naming both schemas instead of running whatever
     this platform's job of that key is (or silently nothing)."""
-    s, pipe = broken_job
-    for k, v in s.as_env().items():
-        monkeypatch.setitem(os.environ, k, v)
-    get_settings.cache_clear()
-    try:
-        from resources import FennelSettings
-        from sensors.engine import engine_partition_run, job_partitions
+    s, pipe = code_location_of
+    with DagsterInstance.ephemeral() as instance:
+        text = _failed_run(instance, pipe, {keepalive.SCHEMA_TAG: "another_platform"})
+    assert "'another_platform'" in text and repr(s.pg_schema) in text, text
+    assert "ran nothing" in text
 
-        key = keepalive.partition_key(pipe, 0)
-        with DagsterInstance.ephemeral() as instance:
-            instance.add_dynamic_partitions(job_partitions.name, [key])
-            result = engine_partition_run.execute_in_process(
-                partition_key=key,
-                instance=instance,
-                raise_on_error=False,
-                resources={"fennel": FennelSettings()},
-                tags={keepalive.SCHEMA_TAG: "another_platform"},
-            )
-            assert not result.success
-            failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-            assert failure.step_failure_data is not None
-            shown = failure.step_failure_data.user_failure_data
-            text = shown.description if shown else ""
-            assert "'another_platform'" in text and repr(s.pg_schema) in text, text
-            assert "ran nothing" in text
-    finally:
-        get_settings.cache_clear()
+
+def _failed_run(instance: DagsterInstance, job: registry.JobRow, tags: dict[str, str]) -> str:
+    """What the failed Dagster run of ``job``'s partition 0 says (its error and description)."""
+    from resources import FennelSettings
+    from sensors.engine import engine_partition_run, job_partitions
+
+    key = keepalive.partition_key(job, 0)
+    instance.add_dynamic_partitions(job_partitions.name, [key])
+    result = engine_partition_run.execute_in_process(
+        partition_key=key,
+        instance=instance,
+        raise_on_error=False,
+        resources={"fennel": FennelSettings()},
+        tags=tags,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert failure.step_failure_data is not None
+    data = failure.step_failure_data
+    shown = data.user_failure_data
+    return f"{data.error.message if data.error else ''} {shown.description if shown else ''}"

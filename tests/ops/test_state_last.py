@@ -54,42 +54,6 @@ def test_last_is_the_last_of_the_scan(tmp_path: Path, stored, pending, ranges) -
         hangar.close()
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    stored=st.dictionaries(KEYS, st.binary(max_size=2), max_size=30),
-    pending=st.dictionaries(KEYS, st.none() | st.binary(max_size=2), max_size=8),
-    ranges=st.lists(st.tuples(KEYS, KEYS), max_size=12),
-)
-def test_scan_ranges_is_a_scan_per_range(tmp_path: Path, stored, pending, ranges) -> None:  # type: ignore[no-untyped-def]
-    """One RocksDB iterator sought range after range gives what a scan per range gives,
-    empty and reversed ranges included, through an overlay of pending writes too."""
-    batch = WriteBatch()
-    for k, v in stored.items():
-        batch.put("ns", k, v)
-    memory = MemoryState()
-    memory.apply(batch)
-    hangar = Hangar(tmp_path / f"r{len(list(tmp_path.iterdir()))}")
-    try:
-        hangar.apply(batch)
-        for base in (memory, hangar):
-            for reader in (
-                base,
-                OverlayReader(base, WriteBatch({("ns", k): v for k, v in pending.items()})),
-            ):
-                items: list[tuple[bytes, bytes]] = []
-                counts = []
-                for start, end in ranges:
-                    got = list(reader.scan("ns", start, end))
-                    items += got
-                    counts.append(len(got))
-                assert reader.scan_ranges("ns", ranges) == (items, counts), type(reader).__name__
-        assert hangar.scan_ranges("absent", ranges) == ([], [0] * len(ranges))
-    finally:
-        hangar.close()
-
-
 class _Counting(MemoryState):
     entries = 0
 
