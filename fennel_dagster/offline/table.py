@@ -188,9 +188,15 @@ class OfflineTable:
         except CommitFailedError as e:
             self._table = None
             raise TableConflict(f"offline table {self.prefix}: {e}") from e
-        self._table = None  # the next append reads the new snapshot (and sees a rival's)
-        table = self._load()
-        assert table is not None
+        if isinstance(target, DeltaTable):
+            # the new snapshot, a rival's commits included, from the log entries since the
+            # one it had (opening the table anew read its checkpoint and every entry after)
+            target.update_incremental()
+            table = target
+        else:
+            loaded = self._load()
+            assert loaded is not None
+            table = loaded
         for (t, p), o in offsets.items():
             if table.transaction_version(_app_id(t, p)) != o:
                 raise TableConflict(f"offline table {self.prefix}: {t}[{p}] moved past {o}")

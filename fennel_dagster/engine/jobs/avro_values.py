@@ -10,26 +10,23 @@ from typing import Any
 import fastavro
 
 from fennel_dagster.engine.jobs.registry_client import Registry
-from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header, row_of
+from fennel_dagster.engine.jobs.registry_formats import (
+    HEADER_SIZE,
+    BadValue,
+    header,
+    remembered,
+    row_of,
+)
 
 
 class AvroRows:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        # schema id -> its parsed schema, or why it cannot be read (kept too: an id names
-        # one schema forever, and each of its values would fetch it again)
-        self._schemas: dict[int, Any] = {}
+        self._schemas: dict[int, Any] = {}  # schema id -> its parsed schema, or why none
 
     def decode(self, value: bytes) -> dict[str, Any]:
         schema_id = header(value, "Avro")
-        parsed = self._schemas.get(schema_id)
-        if parsed is None:
-            try:
-                parsed = self._schemas[schema_id] = self._parse(schema_id)
-            except BadValue as e:
-                parsed = self._schemas[schema_id] = e
-        if isinstance(parsed, BadValue):
-            raise BadValue(str(parsed))
+        parsed = remembered(self._schemas, schema_id, self._parse)
         try:
             row = fastavro.schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), parsed, None)
         except (EOFError, ValueError, IndexError, struct.error, UnicodeDecodeError) as e:

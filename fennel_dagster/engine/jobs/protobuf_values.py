@@ -26,30 +26,28 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from fennel_dagster.engine.jobs.registry_client import Registry
-from fennel_dagster.engine.jobs.registry_formats import HEADER_SIZE, BadValue, header, row_of
+from fennel_dagster.engine.jobs.registry_formats import (
+    HEADER_SIZE,
+    BadValue,
+    header,
+    remembered,
+    row_of,
+)
 from fennel_dagster.ops.rows import json_value
 
 
 class ProtobufRows:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        # schema id -> its file's descriptor, or why it has none (kept: an id names one
-        # schema forever, and .proto text would be compiled again for each of its values)
+        # schema id -> its file's descriptor, or why it has none (.proto text would
+        # otherwise be compiled again for each of its values); (id, message path) -> class
         self._files: dict[int, Any] = {}
         self._types: dict[tuple[int, tuple[int, ...]], type[Message] | BadValue] = {}
 
     def decode(self, value: bytes) -> dict[str, Any]:
         schema_id = header(value, "Protobuf")
         path, at = _message_indexes(value, HEADER_SIZE)
-        cls = self._types.get((schema_id, path))
-        if cls is None:
-            try:
-                cls = self._message_type(schema_id, path)
-            except BadValue as e:
-                cls = e
-            self._types[(schema_id, path)] = cls
-        if isinstance(cls, BadValue):
-            raise BadValue(str(cls))
+        cls = remembered(self._types, (schema_id, path), lambda k: self._message_type(*k))
         msg = cls()
         try:
             msg.ParseFromString(value[at:])
@@ -59,14 +57,7 @@ class ProtobufRows:
         return row_of(_message_row(msg))
 
     def _message_type(self, schema_id: int, path: tuple[int, ...]) -> type[Message]:
-        fd = self._files.get(schema_id)
-        if fd is None:
-            try:
-                fd = self._files[schema_id] = self._compile(schema_id)
-            except BadValue as e:
-                fd = self._files[schema_id] = e
-        if isinstance(fd, BadValue):
-            raise BadValue(str(fd))
+        fd = remembered(self._files, schema_id, self._compile)
         types: Any = fd.message_types_by_name.values()
         desc: Descriptor | None = None
         for i in path:

@@ -18,7 +18,8 @@ whole once the registry is back (``engine.restarts``), so no row is judged witho
 from __future__ import annotations
 
 import struct
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.errors import EngineError
@@ -82,6 +83,24 @@ def decode_each(fmt: RowFormat, messages: list[InMessage], max_bytes: int) -> li
 def all_rows(decoded: list[Decoded]) -> list[dict[str, Any]] | None:
     """The rows for the column road, or None when a message carries none."""
     return decoded if all(type(d) is dict for d in decoded) else None  # type: ignore[return-value]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def remembered(cache: dict[K, V | BadValue], key: K, make: Callable[[K], V]) -> V:
+    """``make(key)``, made once: a ``BadValue`` is kept too and raised again (an id names one
+    schema forever, and each of its values would otherwise ask the registry again)."""
+    got = cache.get(key)
+    if got is None:
+        try:
+            got = cache[key] = make(key)
+        except BadValue as e:
+            got = cache[key] = e
+    if isinstance(got, BadValue):
+        raise BadValue(str(got))
+    return got
 
 
 _AS_IS = frozenset({str, int, bool, type(None)})
