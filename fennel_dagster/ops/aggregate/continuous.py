@@ -4,6 +4,7 @@ aggregation at each (key, time) query, assembled from raw edge events and whole 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.columns import utc
-from fennel_dagster.ops.keys import entries, entry, key_prefix
+from fennel_dagster.ops.keys import entries, key_prefix
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -53,28 +54,81 @@ def _scan_merged(
     qk: np.ndarray,
     lo: np.ndarray,
     hi: np.ndarray,
-    keys: int,
-    key_at: Callable[[int, int], bytes],
+    prefixes: list[bytes],
+    keys_at: Callable[[list[bytes], np.ndarray], list[bytes]],
     slack: np.ndarray | None = None,
 ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
     """The entries of ``ns`` in every query's ``[lo, hi)`` (column j: query j, of key id
-    ``qk[j]``), each key's intervals merged first so no entry is read twice, and with
-    ``slack`` (per key id) joined across gaps no longer than it (a seek costs more than a few
-    entries read past); returns them in key-id order and how many each key id got. Callers
-    locate what they need in the result, so entries of a gap read through are never counted."""
+    ``qk[j]``, whose prefix is ``prefixes[qk[j]]``), each key's intervals merged first so no
+    entry is read twice, and with ``slack`` (per key id) joined across gaps no longer than it
+    (a seek costs more than a few entries read past); returns them in key-id order and how
+    many each key id got. ``keys_at(prefixes, positions)`` makes the bounds' keys at once.
+    Callers locate what they need in the result, so entries of a gap read through are never
+    counted."""
     qks = np.broadcast_to(qk, lo.shape).ravel()
     g, a, b = tiles.merge_grouped(qks, lo.ravel(), hi.ravel(), slack)
     gs = g.tolist()
-    bounds = [
-        (key_at(k, x), key_at(k, y)) for k, x, y in zip(gs, a.tolist(), b.tolist(), strict=True)
-    ]
+    own = [prefixes[k] for k in gs]
+    bounds = list(zip(keys_at(own, a), keys_at(own, b), strict=True))
     items, counts = reader.scan_ranges(ns, bounds)
-    found = np.bincount(np.asarray(gs, dtype=np.int64), weights=counts, minlength=keys)
+    found = np.bincount(np.asarray(gs, dtype=np.int64), weights=counts, minlength=len(prefixes))
     return items, found.astype(np.int64).tolist()
 
 
-def _tile_at(prefixes: list[bytes], size: int) -> Callable[[int, int], bytes]:
-    return lambda k, t: tile_key(prefixes[k], size, t)
+def _entries_at(prefixes: list[bytes], ts: np.ndarray) -> list[bytes]:
+    """The first entry key at each time (sequence 0)."""
+    return entries(prefixes, ts, np.zeros(len(ts), np.uint64))
+
+
+def _tiles_at(size: int) -> Callable[[list[bytes], np.ndarray], list[bytes]]:
+    return lambda prefixes, idx: tile_keys(prefixes, size, idx)
+
+
+@dataclass
+class _Edges:
+    """Recording, where each window's right end comes from (``_edge_sizes``): for the queries
+    in ``use``, the held tile of ``size[w]`` that holds the query's time, and the batch's
+    events (``tables[size]``, positions in time); the other queries read as lookups do."""
+
+    size: dict[tuple[str, int | None], int]
+    use: np.ndarray
+    tables: dict[int, Table]
+
+
+def _edge_sizes(lay: Layout, hi: np.ndarray) -> dict[tuple[str, int | None], int] | None:
+    """Per window, its coarsest tile size, when every query's window holds a whole tile of it.
+
+    A window's right end is then the events from that level's last tile start to the query's
+    time. While nothing held in that tile is later than the query (a live stream), that is
+    the tile as held plus the batch's own events: one entry read instead of the finer tiles
+    and raw events of it a batch read per key (some 40 entries a key at 25k events/s over
+    1,000 keys, each batch)."""
+    out = {}
+    for w, lv in lay.windows.items():
+        top = lv[0]
+        if not (-(-lows(w, hi) // top) < (hi + 1) // top).all():
+            return None
+        out[w] = top
+    return out or None
+
+
+def _late(events: Events, qk: np.ndarray, hi: np.ndarray, until: np.ndarray) -> np.ndarray:
+    """Per query, whether an event held by its key falls in ``(hi, until)``."""
+    held = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
+    after, end = held.locate(qk, [hi + 1, until])
+    return np.asarray(end > after)
+
+
+def _edge_tiles(held: Table, qk: np.ndarray, idx: np.ndarray, size: int) -> Table:
+    """The held tiles at (key id, tile index) of the queries, positioned at their start time."""
+    if not len(held.kid) or not len(qk):
+        return held.take(np.zeros(0, np.int64))
+    base = min(int(held.pos.min()), int(idx.min()))
+    width = max(int(held.pos.max()), int(idx.max())) - base + 1
+    mine = held.kid * width + (held.pos - base)
+    out = held.take(np.flatnonzero(np.isin(mine, qk * width + (idx - base))))
+    out.pos = out.pos * size
+    return out
 
 
 def _compute(
@@ -96,19 +150,14 @@ def _compute(
     qk, hi = kid[order], hi_us[order].astype(np.int64)
     plans = {w: tiles.plan(lv, lows(w, hi), hi) for w, lv in lay.windows.items()}
     raw_lows = [lows(wkey(a.window), hi) for a in lay.raw]
-    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, hi + 1)]  # instants of new events
+    tops = _edge_sizes(lay, hi) if new is not None else None
+    # the instants of new events (their sequences may clash with events held); with edge
+    # tiles, on to the end of the coarsest: an event held there after a query rules it out
+    until = hi + 1 if tops is None else (hi // max(tops.values()) + 1) * max(tops.values())
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, until)]
     raw_bounds += [(lo, hi + 1) for lo in raw_lows]
-    tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
-        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes
-    }
     for p in plans.values():
-        raw_bounds += [(p.la, p.lb), (p.ra, p.rb)]
-        for size, l0, l1, r0, r1 in p.tiles:
-            tile_bounds[size] += [(l0, l1), (r0, r1)]
-    raw_lo = np.stack([a for a, _ in raw_bounds])
-    raw_hi = np.stack([b for _, b in raw_bounds])
-    tile_lo = {s: np.stack([a for a, _ in bs]) for s, bs in tile_bounds.items() if bs}
-    tile_hi = {s: np.stack([b for _, b in bs]) for s, bs in tile_bounds.items() if bs}
+        raw_bounds += [(p.la, p.lb)] if tops else [(p.la, p.lb), (p.ra, p.rb)]
     starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
@@ -120,21 +169,51 @@ def _compute(
     span = None
     if new is not None and n:
         span = np.maximum.reduceat(hi, starts) - np.minimum.reduceat(hi, starts)
-    # column j of the bounds belongs to query j; every query's intervals are merged per key
-    raw_items, raw_counts = _scan_merged(
-        reader, ns, qk, raw_lo, raw_hi, len(ids), lambda k, t: entry(prefixes[k], t, 0), span
-    )
-    events = Events.decode(lay, np.repeat(gk, raw_counts), raw_items)
+
+    def read_raw(sel: np.ndarray | slice, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Events:
+        """The events held in the bounds (column j: query j of ``qk[sel]``)."""
+        items, counts = _scan_merged(
+            reader, ns, qk[sel], np.stack([a[sel] for a, _ in bounds]),
+            np.stack([b[sel] for _, b in bounds]), prefixes, _entries_at, span,
+        )  # fmt: skip
+        return Events.decode(lay, np.repeat(gk, counts), items)
+
+    events = read_raw(slice(None), raw_bounds)
+    late = np.ones(n, dtype=bool) if tops is None else _late(events, qk, hi, until)
+    if tops is not None and late.any():  # these read their right ends as lookups do
+        more = read_raw(late, [(p.ra, p.rb) for p in plans.values()])
+        events = events.merged(more).unique()
+    tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes
+    }
+    none = np.zeros(n, np.int64)
+    for p in plans.values():
+        for size, l0, l1, r0, r1 in p.tiles:
+            tile_bounds[size] += [(l0, l1), (np.where(late, r0, none), np.where(late, r1, none))]
     levels = {}
-    for size in tile_lo:
-        items, counts = _scan_merged(reader, tns, qk, tile_lo[size], tile_hi[size], len(ids),
-                                     _tile_at(prefixes, size),
+    for size, bs in tile_bounds.items():
+        if not bs:
+            continue
+        lo, up = np.stack([a for a, _ in bs]), np.stack([b for _, b in bs])
+        items, counts = _scan_merged(reader, tns, qk, lo, up, prefixes, _tiles_at(size),
                                      None if span is None else span // size + 1)  # fmt: skip
         levels[size] = decode_tiles(lay, np.repeat(gk, counts), items)
+    edges = None
+    if tops is not None:
+        use = ~late
+        held = {t: _edge_tiles(levels[t], qk[use], hi[use] // t, t) for t in set(tops.values())}
+        edges = _Edges(tops, use, held)
     if new is not None:
         assert wb is not None
-        events = _record(lay, ns, tns, prefixes, events, levels, qk, hi, new.take(order), by_id,
-                         wb)  # fmt: skip
+        fresh = _record(lay, ns, tns, prefixes, events, levels, qk, hi, new.take(order), by_id,
+                        wb)  # fmt: skip
+        if edges is not None:
+            fresh_table = fresh.table()
+            edges.tables = {
+                t: sorted_table(Table.concat([held_t, fresh_table]))
+                for t, held_t in edges.tables.items()
+            }
+        events = events.merged(fresh)
     tables: dict[int | None, Table] = {
         None: sorted_table(events.table()),
         **{s: sorted_table(t) for s, t in levels.items()},
@@ -142,7 +221,7 @@ def _compute(
 
     out: dict[str, list[Any]] = {}
     if lay.tiled:
-        out.update(_tiled_values(lay, plans, qk, tables))
+        out.update(_tiled_values(lay, plans, qk, hi, tables, edges))
     if lay.raw:
         raw = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
         ends_at = raw.locate(qk, [hi + 1])[0]
@@ -178,7 +257,7 @@ def _record(
     wb: WriteBatch,
 ) -> Events:
     """Store the batch's events (raw entries) and fold them into their tiles (``wb``); return
-    all events (read and new), and replace the tiles they touch in ``levels``."""
+    them, and replace the tiles they touch in ``levels``."""
     fields = lay.fields
     dt = raw_dtype(len(fields))
     # the sequences held at each instant a new event takes: only those instants can collide
@@ -254,21 +333,26 @@ def _record(
                 merged_tiles = decode_tiles(lay, both.kid[first], items)
             keep = old.take(np.flatnonzero(~hit))
             levels[size] = Table.concat([keep, merged_tiles])
-    return events.merged(fresh_events)
+    return fresh_events
 
 
 def _tiled_values(
     lay: Layout,
     plans: dict[tuple[str, int | None], tiles.Plan],
     qk: np.ndarray,
+    hi: np.ndarray,
     tables: dict[int | None, Table],
+    edges: _Edges | None = None,
 ) -> dict[str, list[Any]]:
-    srcs: dict[int | None, Source] = {w: Source(t.kid, t.pos, t.n) for w, t in tables.items()}
-    total = sum(len(t.kid) for t in tables.values())
+    every: dict[int | None | tuple[str, int], Table] = dict(tables.items())
+    if edges is not None:
+        every.update({("edge", t): table for t, table in edges.tables.items()})
+    srcs = {w: Source(t.kid, t.pos, t.n) for w, t in every.items()}
+    total = sum(len(t.kid) for t in every.values())
     scales: dict[str, int] = {}
     for col, squares in lay.cols.items():
-        scale = common_scale(list(tables.values()), col)
-        for where, t in tables.items():
+        scale = common_scale(list(every.values()), col)
+        for where, t in every.items():
             st = t.cols[col]
             arrays = {
                 "c": tiles.prefix(st["c"]),
@@ -285,12 +369,19 @@ def _tiled_values(
 
     out: dict[str, list[Any]] = {}
     for w, p in plans.items():
+        # queries with an edge tile take their right end from it alone (the rest emptied)
+        use = np.zeros(len(qk), dtype=bool) if edges is None else edges.use
         la, lb, ra, rb = raw.locate(qk, [p.la, p.lb, p.ra, p.rb])
-        pieces = [(raw, la, lb), (raw, ra, rb)]
+        pieces = [(raw, la, lb), (raw, np.where(use, rb, ra), rb)]
         for size, l0, l1, r0, r1 in p.tiles:
             src = srcs[size]
             i0, i1, j0, j1 = src.locate(qk, [l0, l1, r0, r1])
-            pieces += [(src, i0, i1), (src, j0, j1)]
+            pieces += [(src, i0, i1), (src, np.where(use, j1, j0), j1)]
+        if edges is not None:
+            top = edges.size[w]
+            src = srcs[("edge", top)]
+            e0, e1 = src.locate(qk, [(hi + 1) // top * top, hi + 1])
+            pieces.append((src, np.where(use, e0, e1), e1))
 
         def total_of(col: str | None, stat: str, pieces: list[Any] = pieces) -> np.ndarray:
             acc: np.ndarray | None = None

@@ -284,6 +284,22 @@ class Events:
             json,
         )  # fmt: skip
 
+    def unique(self) -> Events:
+        """Each event once (an event is its key, time and sequence), for the merged reads of
+        scans that may overlap."""
+        k, t, q = self.kid, self.ts, self.seq
+        first = np.r_[True, (k[1:] != k[:-1]) | (t[1:] != t[:-1]) | (q[1:] != q[:-1])]
+        if first.all():
+            return self
+        sel = np.flatnonzero(first)
+        back = np.cumsum(first) - 1
+        return Events(
+            self.lay, k[sel], t[sel], q[sel],
+            {c: a[sel] for c, a in self.tag.items()},
+            {c: a[sel] for c, a in self.bits.items()},
+            {int(back[i]): r for i, r in self.json.items() if first[i]},
+        )  # fmt: skip
+
     def values(self, col: str) -> list[Any]:
         """The column's values as Python (JSON-safe) values."""
         bits = self.bits[col]
