@@ -203,9 +203,19 @@ def decode_tiles(
     vals = [it if isinstance(it, bytes) else it[1] for it in items]
     # none read: int64 columns all the same, or every merge with this batch's events would
     # take Python's ints (``packed_tiles`` refuses object columns)
-    if not all(len(v) == dt.itemsize and v[0] == 1 for v in vals):
+    arr = packed(vals, dt)
+    if arr is None:
         return _decode_tiles_slow(lay, kid, items, names, dt)
-    return tiles_table(kid, np.frombuffer(b"".join(vals), dtype=dt), names)
+    return tiles_table(kid, arr, names)
+
+
+def packed(vals: list[bytes], dt: np.dtype) -> np.ndarray | None:
+    """The values as one array of ``dt`` when each is one binary record of it (its first
+    byte, ``v``, the format's version 1); None when any is not (JSON, another version)."""
+    if not set(map(len, vals)) <= {dt.itemsize}:
+        return None
+    arr = np.frombuffer(b"".join(vals), dtype=dt)
+    return arr if (arr["v"] == 1).all() else None
 
 
 def tiles_table(kid: np.ndarray, arr: np.ndarray, names: list[str]) -> Table:

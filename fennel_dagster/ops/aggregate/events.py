@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.ops.aggregate.codec import bits_of, event_cols, raw_dtype, tag_of
+from fennel_dagster.ops.aggregate.codec import bits_of, event_cols, packed, raw_dtype, tag_of
 from fennel_dagster.ops.aggregate.layout import Layout, of_columns
 from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
 from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
@@ -235,8 +235,9 @@ class Events:
         dt = raw_dtype(len(fields))
         vals = [v for _, v in items]
         json: dict[int, dict[str, Any]] = {}
-        if all(len(v) == dt.itemsize and v[0] == 1 for v in vals):
-            arr = np.frombuffer(b"".join(vals), dtype=dt)
+        fast = packed(vals, dt)
+        if fast is not None:
+            arr = fast
         else:
             arr = np.zeros(len(vals), dtype=dt)
             for i, (k, v) in enumerate(items):
