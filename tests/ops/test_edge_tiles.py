@@ -1,6 +1,7 @@
 """Recording a batch, a window's right end may come from the held tile that holds the query's
-time plus the batch's events (``continuous._edge_sizes``) instead of the events held in it.
-Every emitted value must still be the brute-force one, for in-order and late events alike."""
+time plus the batch's events (``continuous._edge_sizes``) instead of the events held in it,
+and its left end is not sought where its top tile is not held. Every emitted value must
+still be the brute-force one, for in-order and late events alike."""
 
 from __future__ import annotations
 
@@ -91,6 +92,10 @@ WINDOWS = {
         spec.WindowSpec("continuous", duration=3600),
         spec.WindowSpec("continuous", duration=100),
         spec.WindowSpec("forever"),
+    ),
+    "an hour and 40 minutes (one top level)": (
+        spec.WindowSpec("continuous", duration=3600),
+        spec.WindowSpec("continuous", duration=2400),
     ),
     "a second (no edge tile)": (
         spec.WindowSpec("continuous", duration=1),

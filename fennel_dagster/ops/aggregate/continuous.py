@@ -154,10 +154,6 @@ def _compute(
     # the instants of new events (their sequences may clash with events held); with edge
     # tiles, on to the end of the coarsest: an event held there after a query rules it out
     until = hi + 1 if tops is None else (hi // max(tops.values()) + 1) * max(tops.values())
-    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, until)]
-    raw_bounds += [(lo, hi + 1) for lo in raw_lows]
-    for p in plans.values():
-        raw_bounds += [(p.la, p.lb)] if tops else [(p.la, p.lb), (p.ra, p.rb)]
     starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
@@ -178,26 +174,50 @@ def _compute(
         )  # fmt: skip
         return Events.decode(lay, np.repeat(gk, counts), items)
 
+    def read_tiles(size: int, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Table:
+        lo, up = np.stack([a for a, _ in bounds]), np.stack([b for _, b in bounds])
+        items, counts = _scan_merged(reader, tns, qk, lo, up, prefixes, _tiles_at(size),
+                                     None if span is None else span // size + 1)  # fmt: skip
+        return decode_tiles(lay, np.repeat(gk, counts), items)
+
+    none = np.zeros(n, np.int64)
+    levels: dict[int, Table] = {}
+    # Each window's left end lies in one tile of its top level. When every window has the
+    # same top, that level is read first, with those tiles: where one is not held (a key
+    # newer than the window), the finer tiles and raw events of its left end are not sought.
+    left = {w: np.ones(n, dtype=bool) for w in plans}
+    top = next(iter(set(tops.values()))) if tops and len(set(tops.values())) == 1 else None
+    if top is not None:
+        ends = {w: lows(w, hi) // top for w in plans}
+        bounds = [(hi // top, hi // top + 1)] + [(e, e + 1) for e in ends.values()]
+        bounds += [(p.tiles[0][1], p.tiles[0][2]) for p in plans.values()]
+        levels[top] = read_tiles(top, bounds)
+        at_top = Source(levels[top].kid, levels[top].pos, levels[top].n)
+        left = {w: np.diff(at_top.locate(qk, [e, e + 1]), axis=0)[0] > 0 for w, e in ends.items()}
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, until)]
+    raw_bounds += [(lo, hi + 1) for lo in raw_lows]
+    for w, p in plans.items():
+        raw_bounds.append((np.where(left[w], p.la, none), np.where(left[w], p.lb, none)))
+        if not tops:
+            raw_bounds.append((p.ra, p.rb))
     events = read_raw(slice(None), raw_bounds)
     late = np.ones(n, dtype=bool) if tops is None else _late(events, qk, hi, until)
     if tops is not None and late.any():  # these read their right ends as lookups do
         more = read_raw(late, [(p.ra, p.rb) for p in plans.values()])
         events = events.merged(more).unique()
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
-        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes
+        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes if s != top
     }
-    none = np.zeros(n, np.int64)
-    for p in plans.values():
+    for w, p in plans.items():
         for size, l0, l1, r0, r1 in p.tiles:
-            tile_bounds[size] += [(l0, l1), (np.where(late, r0, none), np.where(late, r1, none))]
-    levels = {}
+            if size != top:
+                tile_bounds[size] += [
+                    (np.where(left[w], l0, none), np.where(left[w], l1, none)),
+                    (np.where(late, r0, none), np.where(late, r1, none)),
+                ]
     for size, bs in tile_bounds.items():
-        if not bs:
-            continue
-        lo, up = np.stack([a for a, _ in bs]), np.stack([b for _, b in bs])
-        items, counts = _scan_merged(reader, tns, qk, lo, up, prefixes, _tiles_at(size),
-                                     None if span is None else span // size + 1)  # fmt: skip
-        levels[size] = decode_tiles(lay, np.repeat(gk, counts), items)
+        if bs:
+            levels[size] = read_tiles(size, bs)
     edges = None
     if tops is not None:
         use = ~late
