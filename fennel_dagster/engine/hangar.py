@@ -274,6 +274,12 @@ class Hangar:
 
     # ------------------------------------------------------------------ snapshots
 
+    def flush_in_background(self) -> None:
+        """Ask RocksDB to flush every memtable in its own threads, and return at once."""
+        self._db.flush(False)
+        for fam in self._families.values():
+            fam.flush(False)
+
     def checkpoint(self, dest: Path) -> Path:
         """A consistent, hard-linked copy of the whole store at ``dest`` (must not exist)."""
         if dest.exists():

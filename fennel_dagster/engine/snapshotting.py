@@ -1,7 +1,13 @@
 """When a runner snapshots its hangar: every ``engine_snapshot_interval_s`` while it has
 new writes, on request, and on a graceful stop. The RocksDB checkpoint is taken in the
-runner's thread (fast, consistent with the applied offsets); the tar + upload + retention
-prune run in a background thread, one at a time, so the loop never waits on S3."""
+runner's thread (consistent with the applied offsets); the tar + upload + retention prune
+run in a background thread, one at a time, so the loop never waits on S3.
+
+A checkpoint flushes every memtable first, in the caller's thread and holding the GIL: with
+a live load's memtables that stalled the loop for about 0.4 s each interval (the periodic
+p99 outliers of the stream bench's freshness). So a due snapshot first asks RocksDB to flush
+in its background threads, and takes the checkpoint ``FLUSH_LEAD_S`` later, when little is
+left to flush (11 ms against 359 ms for 59 MB in a diagnosis)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.snapshots import PrefixReleased, SnapshotStore
 
 log = logging.getLogger("fennel_dagster.engine.snapshotting")
+
+FLUSH_LEAD_S = 1.0  # from asking RocksDB to flush to taking the checkpoint
 
 
 class Snapshotter:
@@ -43,6 +51,7 @@ class Snapshotter:
         self._upload: threading.Thread | None = None
         self._last = time.monotonic()
         self._taken = 0
+        self._flushing_since: float | None = None  # a due snapshot's background flush
 
     def request(self) -> None:
         """Ask the running loop (another thread) for a snapshot now; see ``done``."""
@@ -70,10 +79,18 @@ class Snapshotter:
             self._upload.join()
 
     def _maybe(self, hangar: Hangar, force: bool = False) -> None:
-        due = time.monotonic() - self._last >= self.interval_s
+        now = time.monotonic()
+        due = now - self._last >= self.interval_s
         busy = self._upload is not None and self._upload.is_alive()
         if not self.dirty or not (due or force) or busy:
             return
+        if not force:
+            if self._flushing_since is None:
+                hangar.flush_in_background()
+                self._flushing_since = now
+            if now - self._flushing_since < FLUSH_LEAD_S:
+                return
+        self._flushing_since = None
         marker = hangar.marker()
         ck = self.path.parent / f".{self.path.name}.ckpt-{os.getpid()}-{self._taken}"
         hangar.checkpoint(ck)
