@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.ops.aggregate.continuous import run_continuous
+from fennel_dagster.ops.aggregate.continuous import _edge_sizes, run_continuous
 from fennel_dagster.ops.aggregate.layout import Layout
 from fennel_dagster.ops.state import MemoryState, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -88,9 +88,12 @@ events = st.lists(
     max_size=60,
 )
 WINDOWS = {
-    "hour, 100 s, forever": (
+    "hour, 100 s": (
         spec.WindowSpec("continuous", duration=3600),
         spec.WindowSpec("continuous", duration=100),
+    ),
+    "hour, forever (no edge tile)": (
+        spec.WindowSpec("continuous", duration=3600),
         spec.WindowSpec("forever"),
     ),
     "an hour and 40 minutes (one top level)": (
@@ -143,7 +146,7 @@ def test_a_live_key_reads_its_edge_tile_not_its_events() -> None:
     """Without the edge tile a batch read each key's events since the last 2 s tile start and
     the finer tiles since the last top tile start; here 200 events a key are held there. With
     it, a key reads the tile it records into at each level, and nothing else."""
-    n = node(spec.WindowSpec("continuous", duration=3600), spec.WindowSpec("forever"))
+    n = node(spec.WindowSpec("continuous", duration=3600))
     state = Counting()
     base = 10 * HOUR + 64 * US  # a 64 s tile starts here
     rng = np.random.default_rng(3)
@@ -154,6 +157,23 @@ def test_a_live_key_reads_its_edge_tile_not_its_events() -> None:
     state.read = 0
     out = record(state, n, [(1, base + 62 * US, 2.0), (2, base + 63 * US, 3.0)])
     assert state.read <= 2 * len(Layout.of(n).sizes), state.read
-    assert out["n0"].tolist() == [201, 201] and out["s1"].tolist() == [202.0, 203.0]
+    assert out["n0"].tolist() == [201, 201] and out["s0"].tolist() == [202.0, 203.0]
     late = record(state, n, [(1, base + 30 * US, 5.0)])  # held events after it: read them
     assert late["n0"].tolist() == [1 + sum(1 for u, t, _ in held if u == 1 and t <= base + 30 * US)]
+
+
+@pytest.mark.parametrize(
+    ("window", "edge"),
+    [
+        (spec.WindowSpec("continuous", duration=3600), 64 * US),
+        (spec.WindowSpec("continuous", duration=86400), None),
+        (spec.WindowSpec("forever"), None),
+    ],
+)
+def test_only_windows_of_small_top_tiles_take_their_right_end_from_one(
+    window: spec.WindowSpec, edge: int | None
+) -> None:
+    """Checking a top tile for later events reads its raw events; a day's (2048 s) or
+    forever's top tile could hold all of a key's newer events, read for one late event."""
+    sizes = _edge_sizes(Layout.of(node(window)), np.array([10 * HOUR]))
+    assert (None if sizes is None else sizes[("continuous", 3600)]) == edge

@@ -95,18 +95,26 @@ class _Edges:
     tables: dict[int, Table]
 
 
+# The largest top tile a window's right end is taken from: finding that nothing held in it is
+# later than a query reads the key's raw events there, all of them where some are (a late
+# event), so that read is bounded by this much time (an hour's window has 64 s tiles).
+EDGE_TILE_MAX = 128 * tiles.US
+
+
 def _edge_sizes(lay: Layout, hi: np.ndarray) -> dict[tuple[str, int | None], int] | None:
-    """Per window, its coarsest tile size, when every query's window holds a whole tile of it.
+    """Per window, its coarsest tile size, when every query's window holds a whole tile of it
+    and that size is at most ``EDGE_TILE_MAX``.
 
     A window's right end is then the events from that level's last tile start to the query's
     time. While nothing held in that tile is later than the query (a live stream), that is
     the tile as held plus the batch's own events: one entry read instead of the finer tiles
     and raw events of it a batch read per key (some 40 entries a key at 25k events/s over
-    1,000 keys, each batch)."""
+    1,000 keys, each batch). Longer windows (a day, ``forever``) read as before: checking
+    their top tile raw would read up to all of a key's newer events for one late event."""
     out = {}
     for w, lv in lay.windows.items():
         top = lv[0]
-        if not (-(-lows(w, hi) // top) < (hi + 1) // top).all():
+        if top > EDGE_TILE_MAX or not (-(-lows(w, hi) // top) < (hi + 1) // top).all():
             return None
         out[w] = top
     return out or None
