@@ -1,5 +1,5 @@
 """Recording a batch, a window's right end may come from the held tile that holds the query's
-time plus the batch's events (``continuous._edge_sizes``) instead of the events held in it,
+time plus the batch's events (``edges.edge_sizes``) instead of the events held in it,
 and its left end is not sought where its top tile is not held. Every emitted value must
 still be the brute-force one, for in-order and late events alike."""
 
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.ops.aggregate.continuous import _edge_sizes, run_continuous
+from fennel_dagster.ops.aggregate.continuous import run_continuous
+from fennel_dagster.ops.aggregate.edges import edge_sizes
 from fennel_dagster.ops.aggregate.layout import Layout
 from fennel_dagster.ops.state import MemoryState, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -175,5 +176,5 @@ def test_only_windows_of_small_top_tiles_take_their_right_end_from_one(
 ) -> None:
     """Checking a top tile for later events reads its raw events; a day's (2048 s) or
     forever's top tile could hold all of a key's newer events, read for one late event."""
-    sizes = _edge_sizes(Layout.of(node(window)), np.array([10 * HOUR]))
+    sizes = edge_sizes(Layout.of(node(window)), np.array([10 * HOUR]))
     assert (None if sizes is None else sizes[("continuous", 3600)]) == edge

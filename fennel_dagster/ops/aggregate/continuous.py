@@ -21,6 +21,14 @@ from fennel_dagster.ops.aggregate.codec import (
     tile_keys,
     tiles_table,
 )
+from fennel_dagster.ops.aggregate.edges import (
+    Edges,
+    check_until,
+    edge_sizes,
+    held_tiles,
+    late,
+    with_fresh,
+)
 from fennel_dagster.ops.aggregate.events import (
     Events,
     NewEvents,
@@ -85,58 +93,32 @@ def _tiles_at(size: int) -> Callable[[list[bytes], np.ndarray], list[bytes]]:
 
 
 @dataclass
-class _Edges:
-    """Recording, where each window's right end comes from (``_edge_sizes``): for the queries
-    in ``use``, the held tile of ``size[w]`` that holds the query's time, and the batch's
-    events (``tables[size]``, positions in time); the other queries read as lookups do."""
+class _Reads:
+    """A batch's range reads of one node's state: queries sorted by key id (``qk``), each
+    key id's state prefix, and per key id the slack its reads are joined across."""
 
-    size: dict[tuple[str, int | None], int]
-    use: np.ndarray
-    tables: dict[int, Table]
+    lay: Layout
+    reader: StateReader
+    ns: str
+    qk: np.ndarray
+    prefixes: list[bytes]
+    span: np.ndarray | None
 
+    def raw(self, sel: np.ndarray | slice, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Events:
+        """The events held in the bounds (column j: query j of ``qk[sel]``)."""
+        items, counts = _scan_merged(
+            self.reader, self.ns, self.qk[sel], np.stack([a[sel] for a, _ in bounds]),
+            np.stack([b[sel] for _, b in bounds]), self.prefixes, _entries_at, self.span,
+        )  # fmt: skip
+        return Events.decode(self.lay, np.repeat(np.arange(len(counts)), counts), items)
 
-# The largest top tile a window's right end is taken from: finding that nothing held in it is
-# later than a query reads the key's raw events there, all of them where some are (a late
-# event), so that read is bounded by this much time (an hour's window has 64 s tiles).
-EDGE_TILE_MAX = 128 * tiles.US
-
-
-def _edge_sizes(lay: Layout, hi: np.ndarray) -> dict[tuple[str, int | None], int] | None:
-    """Per window, its coarsest tile size, when every query's window holds a whole tile of it
-    and that size is at most ``EDGE_TILE_MAX``.
-
-    A window's right end is then the events from that level's last tile start to the query's
-    time. While nothing held in that tile is later than the query (a live stream), that is
-    the tile as held plus the batch's own events: one entry read instead of the finer tiles
-    and raw events of it a batch read per key (some 40 entries a key at 25k events/s over
-    1,000 keys, each batch). Longer windows (a day, ``forever``) read as before: checking
-    their top tile raw would read up to all of a key's newer events for one late event."""
-    out = {}
-    for w, lv in lay.windows.items():
-        top = lv[0]
-        if top > EDGE_TILE_MAX or not (-(-lows(w, hi) // top) < (hi + 1) // top).all():
-            return None
-        out[w] = top
-    return out or None
-
-
-def _late(events: Events, qk: np.ndarray, hi: np.ndarray, until: np.ndarray) -> np.ndarray:
-    """Per query, whether an event held by its key falls in ``(hi, until)``."""
-    held = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
-    after, end = held.locate(qk, [hi + 1, until])
-    return np.asarray(end > after)
-
-
-def _edge_tiles(held: Table, qk: np.ndarray, idx: np.ndarray, size: int) -> Table:
-    """The held tiles at (key id, tile index) of the queries, positioned at their start time."""
-    if not len(held.kid) or not len(qk):
-        return held.take(np.zeros(0, np.int64))
-    base = min(int(held.pos.min()), int(idx.min()))
-    width = max(int(held.pos.max()), int(idx.max())) - base + 1
-    mine = held.kid * width + (held.pos - base)
-    out = held.take(np.flatnonzero(np.isin(mine, qk * width + (idx - base))))
-    out.pos = out.pos * size
-    return out
+    def tiles(self, size: int, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Table:
+        """The tiles of ``size`` held at the tile indexes of the bounds."""
+        lo, up = np.stack([a for a, _ in bounds]), np.stack([b for _, b in bounds])
+        slack = None if self.span is None else self.span // size + 1
+        items, counts = _scan_merged(self.reader, self.ns + REWRITTEN_SUFFIX, self.qk, lo, up,
+                                     self.prefixes, _tiles_at(size), slack)  # fmt: skip
+        return decode_tiles(self.lay, np.repeat(np.arange(len(counts)), counts), items)
 
 
 def _compute(
@@ -158,35 +140,20 @@ def _compute(
     qk, hi = kid[order], hi_us[order].astype(np.int64)
     plans = {w: tiles.plan(lv, lows(w, hi), hi) for w, lv in lay.windows.items()}
     raw_lows = [lows(wkey(a.window), hi) for a in lay.raw]
-    tops = _edge_sizes(lay, hi) if new is not None else None
+    tops = edge_sizes(lay, hi) if new is not None else None
     # the instants of new events (their sequences may clash with events held); with edge
     # tiles, on to the end of the coarsest: an event held there after a query rules it out
-    until = hi + 1 if tops is None else (hi // max(tops.values()) + 1) * max(tops.values())
-    starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]]) if n else np.zeros(0, np.int64)
+    until = hi + 1 if tops is None else check_until(hi, tops)
     by_id = list(ids)
     prefixes = [key_prefix(k) for k in by_id]
-    tns = ns + REWRITTEN_SUFFIX
-    gk = qk[starts]
     # Recording a batch, a key's queries span the batch's time for it, and so do the gaps
     # between their intervals at each edge of the window: reading through a gap reads about
     # as many entries as the batch brings the key, in one seek instead of one per query.
     span = None
     if new is not None and n:
+        starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]])
         span = np.maximum.reduceat(hi, starts) - np.minimum.reduceat(hi, starts)
-
-    def read_raw(sel: np.ndarray | slice, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Events:
-        """The events held in the bounds (column j: query j of ``qk[sel]``)."""
-        items, counts = _scan_merged(
-            reader, ns, qk[sel], np.stack([a[sel] for a, _ in bounds]),
-            np.stack([b[sel] for _, b in bounds]), prefixes, _entries_at, span,
-        )  # fmt: skip
-        return Events.decode(lay, np.repeat(gk, counts), items)
-
-    def read_tiles(size: int, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Table:
-        lo, up = np.stack([a for a, _ in bounds]), np.stack([b for _, b in bounds])
-        items, counts = _scan_merged(reader, tns, qk, lo, up, prefixes, _tiles_at(size),
-                                     None if span is None else span // size + 1)  # fmt: skip
-        return decode_tiles(lay, np.repeat(gk, counts), items)
+    reads = _Reads(lay, reader, ns, qk, prefixes, span)
 
     none = np.zeros(n, np.int64)
     levels: dict[int, Table] = {}
@@ -199,7 +166,7 @@ def _compute(
         ends = {w: lows(w, hi) // top for w in plans}
         bounds = [(hi // top, hi // top + 1)] + [(e, e + 1) for e in ends.values()]
         bounds += [(p.tiles[0][1], p.tiles[0][2]) for p in plans.values()]
-        levels[top] = read_tiles(top, bounds)
+        levels[top] = reads.tiles(top, bounds)
         at_top = Source(levels[top].kid, levels[top].pos, levels[top].n)
         left = {w: np.diff(at_top.locate(qk, [e, e + 1]), axis=0)[0] > 0 for w, e in ends.items()}
     raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, until)]
@@ -208,10 +175,10 @@ def _compute(
         raw_bounds.append((np.where(left[w], p.la, none), np.where(left[w], p.lb, none)))
         if not tops:
             raw_bounds.append((p.ra, p.rb))
-    events = read_raw(slice(None), raw_bounds)
-    late = np.ones(n, dtype=bool) if tops is None else _late(events, qk, hi, until)
-    if tops is not None and late.any():  # these read their right ends as lookups do
-        more = read_raw(late, [(p.ra, p.rb) for p in plans.values()])
+    events = reads.raw(slice(None), raw_bounds)
+    is_late = np.ones(n, dtype=bool) if tops is None else late(events, qk, hi, until)
+    if tops is not None and is_late.any():  # these read their right ends as lookups do
+        more = reads.raw(is_late, [(p.ra, p.rb) for p in plans.values()])
         events = events.merged(more).unique()
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
         s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes if s != top
@@ -221,71 +188,78 @@ def _compute(
             if size != top:
                 tile_bounds[size] += [
                     (np.where(left[w], l0, none), np.where(left[w], l1, none)),
-                    (np.where(late, r0, none), np.where(late, r1, none)),
+                    (np.where(is_late, r0, none), np.where(is_late, r1, none)),
                 ]
     for size, bs in tile_bounds.items():
         if bs:
-            levels[size] = read_tiles(size, bs)
-    edges = None
+            levels[size] = reads.tiles(size, bs)
+    use = ~is_late
+    held = {}  # each edge tile as held, before the batch folds into it
     if tops is not None:
-        use = ~late
-        held = {t: _edge_tiles(levels[t], qk[use], hi[use] // t, t) for t in set(tops.values())}
-        edges = _Edges(tops, use, held)
+        held = {t: held_tiles(levels[t], qk[use], hi[use] // t, t) for t in set(tops.values())}
+    fresh: Events | None = None
+    fresh_table: Table | None = None
     if new is not None:
         assert wb is not None
-        fresh = _record(lay, ns, tns, prefixes, events, levels, qk, hi, new.take(order), by_id,
-                        wb)  # fmt: skip
-        if edges is not None:
+        fresh = _store_events(lay, ns, prefixes, events, qk, hi, new.take(order), by_id, wb)
+        if lay.tiled:
             fresh_table = fresh.table()
-            edges.tables = {
-                t: sorted_table(Table.concat([held_t, fresh_table]))
-                for t, held_t in edges.tables.items()
-            }
-        events = events.merged(fresh)
-    tables: dict[int | None, Table] = {
-        None: sorted_table(events.table()),
-        **{s: sorted_table(t) for s, t in levels.items()},
-    }
+            _fold_tiles(lay, ns + REWRITTEN_SUFFIX, prefixes, fresh_table, levels, wb)
 
     out: dict[str, list[Any]] = {}
     if lay.tiled:
+        read = events.table()
+        tables: dict[int | None, Table] = {
+            None: sorted_table(read if fresh_table is None else Table.concat([read, fresh_table])),
+            **{s: sorted_table(t) for s, t in levels.items()},
+        }
+        edges = None
+        if tops is not None and fresh_table is not None:
+            edges = with_fresh(tops, use, held, fresh_table)
         out.update(_tiled_values(lay, plans, qk, hi, tables, edges))
     if lay.raw:
-        raw = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
-        ends_at = raw.locate(qk, [hi + 1])[0]
-        values = {a.of: events.values(a.of) for a in lay.raw if a.of}
-        stamps = events.ts.tolist()
-        at = hi.tolist()  # each query's time (an exponential decay measures ages from it)
-        for agg, lo in zip(lay.raw, raw_lows, strict=True):
-            begins = raw.locate(qk, [lo])[0]
-            col = values[agg.of] if agg.of else None
-            out[agg.into] = [
-                aggregate_values(
-                    agg, col[x:y] if col is not None else [1] * (y - x), stamps[x:y], t
-                )
-                for x, y, t in zip(begins.tolist(), ends_at.tolist(), at, strict=True)
-            ]
+        if fresh is not None:
+            events = events.merged(fresh)
+        out.update(_raw_values(lay, events, qk, hi, raw_lows))
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)
     picks = back.tolist()
     return {into: [col[i] for i in picks] for into, col in out.items()}
 
 
-def _record(
+def _raw_values(
+    lay: Layout, events: Events, qk: np.ndarray, hi: np.ndarray, raw_lows: list[np.ndarray]
+) -> dict[str, list[Any]]:
+    """The aggregations assembled from raw events (LastK, Distinct, ...), per query."""
+    raw = Source(events.kid, events.ts, np.ones(len(events.kid), np.int64))
+    ends_at = raw.locate(qk, [hi + 1])[0]
+    values = {a.of: events.values(a.of) for a in lay.raw if a.of}
+    stamps = events.ts.tolist()
+    at = hi.tolist()  # each query's time (an exponential decay measures ages from it)
+    out: dict[str, list[Any]] = {}
+    for agg, lo in zip(lay.raw, raw_lows, strict=True):
+        begins = raw.locate(qk, [lo])[0]
+        col = values[agg.of] if agg.of else None
+        out[agg.into] = [
+            aggregate_values(agg, col[x:y] if col is not None else [1] * (y - x), stamps[x:y], t)
+            for x, y, t in zip(begins.tolist(), ends_at.tolist(), at, strict=True)
+        ]
+    return out
+
+
+def _store_events(
     lay: Layout,
     ns: str,
-    tns: str,
     prefixes: list[bytes],
     events: Events,
-    levels: dict[int, Table],
     qk: np.ndarray,
     hi: np.ndarray,
     recs: NewEvents,
     by_id: list[tuple[Any, ...]],
     wb: WriteBatch,
 ) -> Events:
-    """Store the batch's events (raw entries) and fold them into their tiles (``wb``); return
-    them, and replace the tiles they touch in ``levels``."""
+    """Store the batch's events as raw entries (``wb``), each with a sequence no event held at
+    its instant has; return them."""
     fields = lay.fields
     dt = raw_dtype(len(fields))
     # the sequences held at each instant a new event takes: only those instants can collide
@@ -313,55 +287,62 @@ def _record(
     arr["seq"] = free_seqs(qk, hi, base, held)
     buf = arr.tobytes()
     w = dt.itemsize
-    put = wb.puts
     values = [buf[o : o + w] for o in range(0, w * m, w)]
     for i, rec in json.items():
         values[i] = dumps(rec)
     keys = entries(row_prefixes, hi, arr["seq"])
-    put.update(zip(((ns, key) for key in keys), values, strict=True))
+    wb.puts.update(zip(((ns, key) for key in keys), values, strict=True))
     for j in range(len(fields)):
         for i in json:
             arr[f"t{j}"][i] = 3
-    fresh_events = Events.of(lay, qk, arr, json)
-    if lay.sizes:
-        fresh = fresh_events.table()
-        names = sorted(lay.cols)
-        for size, old in levels.items():
-            idx = fresh.pos // size
-            _, rank = np.unique(np.concatenate([old.pos, idx]), return_inverse=True)
-            width = np.int64(rank.max() + 1)
-            old_code = old.kid * width + rank[: len(old.pos)]
-            groups, gid_new = np.unique(
-                fresh.kid * width + rank[len(old.pos) :], return_inverse=True
-            )
-            hit = np.isin(old_code, groups)
-            old_rows = np.flatnonzero(hit)
-            gid = np.concatenate([np.searchsorted(groups, old_code[old_rows]), gid_new])
-            both = Table.concat([old.take(old_rows), Table(fresh.kid, idx, fresh.n, fresh.cols)])
-            srt = np.argsort(gid, kind="stable")
-            both, gid = both.take(srt), gid[srt]
-            first = np.searchsorted(gid, np.arange(len(groups)))
-            g_kid, g_idx = both.kid[first].tolist(), both.pos[first].tolist()
-            rows_of = np.add.reduceat(both.n, first)
-            packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
-            if packed is not None:
-                buf, w = packed.tobytes(), packed.dtype.itemsize
-                keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
-                values = [buf[o : o + w] for o in range(0, w * len(keys), w)]
-                put.update(zip(((tns, key) for key in keys), values, strict=True))
-                merged_tiles = tiles_table(both.kid[first], packed, names)
-            else:  # sums past 61 bits or big ints: Python's ints
-                items: list[tuple[bytes, bytes]] = []
-                merged = merge_tiles(lay, both, gid, len(groups))
-                for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
-                    key = tile_key(prefixes[k], size, i)
-                    value = encode_tile(i, rows, stats, names)
-                    put[(tns, key)] = value
-                    items.append((key, value))
-                merged_tiles = decode_tiles(lay, both.kid[first], items)
-            keep = old.take(np.flatnonzero(~hit))
-            levels[size] = Table.concat([keep, merged_tiles])
-    return fresh_events
+    return Events.of(lay, qk, arr, json)
+
+
+def _fold_tiles(
+    lay: Layout,
+    tns: str,
+    prefixes: list[bytes],
+    fresh: Table,
+    levels: dict[int, Table],
+    wb: WriteBatch,
+) -> None:
+    """Fold the batch's events (``fresh``) into their tiles at every level (``wb``), and
+    replace the tiles they touch in ``levels``."""
+    put = wb.puts
+    names = sorted(lay.cols)
+    for size, old in levels.items():
+        idx = fresh.pos // size
+        _, rank = np.unique(np.concatenate([old.pos, idx]), return_inverse=True)
+        width = np.int64(rank.max() + 1)
+        old_code = old.kid * width + rank[: len(old.pos)]
+        groups, gid_new = np.unique(fresh.kid * width + rank[len(old.pos) :], return_inverse=True)
+        hit = np.isin(old_code, groups)
+        old_rows = np.flatnonzero(hit)
+        gid = np.concatenate([np.searchsorted(groups, old_code[old_rows]), gid_new])
+        both = Table.concat([old.take(old_rows), Table(fresh.kid, idx, fresh.n, fresh.cols)])
+        srt = np.argsort(gid, kind="stable")
+        both, gid = both.take(srt), gid[srt]
+        first = np.searchsorted(gid, np.arange(len(groups)))
+        g_kid, g_idx = both.kid[first].tolist(), both.pos[first].tolist()
+        rows_of = np.add.reduceat(both.n, first)
+        packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
+        if packed is not None:
+            buf, w = packed.tobytes(), packed.dtype.itemsize
+            keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
+            values = [buf[o : o + w] for o in range(0, w * len(keys), w)]
+            put.update(zip(((tns, key) for key in keys), values, strict=True))
+            merged_tiles = tiles_table(both.kid[first], packed, names)
+        else:  # sums past 61 bits or big ints: Python's ints
+            items: list[tuple[bytes, bytes]] = []
+            merged = merge_tiles(lay, both, gid, len(groups))
+            for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
+                key = tile_key(prefixes[k], size, i)
+                value = encode_tile(i, rows, stats, names)
+                put[(tns, key)] = value
+                items.append((key, value))
+            merged_tiles = decode_tiles(lay, both.kid[first], items)
+        keep = old.take(np.flatnonzero(~hit))
+        levels[size] = Table.concat([keep, merged_tiles])
 
 
 def _tiled_values(
@@ -370,7 +351,7 @@ def _tiled_values(
     qk: np.ndarray,
     hi: np.ndarray,
     tables: dict[int | None, Table],
-    edges: _Edges | None = None,
+    edges: Edges | None = None,
 ) -> dict[str, list[Any]]:
     every: dict[int | None | tuple[str, int], Table] = dict(tables.items())
     if edges is not None:

@@ -199,10 +199,11 @@ _F64, _Q = struct.Struct("<d"), struct.Struct("<q")
 
 
 def _numeric(col: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """(tags, bits) of an int64 or float64 column at once; None for any other dtype."""
+    """(tags, bits) of an int64 or float64 column (nullable or not) at once; None for any
+    other dtype."""
     dtype = col.dtype
-    if dtype == np.float64:
-        v = col.to_numpy()
+    if dtype == np.float64 or isinstance(dtype, pd.Float64Dtype):  # NaN and NA: null
+        v = col.to_numpy(dtype=np.float64, na_value=np.nan)
         nan = np.isnan(v)
         return np.where(nan, 0, 2).astype(np.uint8), np.where(nan, 0, v.view(np.int64))
     if dtype == np.int64:
