@@ -80,7 +80,7 @@ class Checkpoint:
     def stage(self, group: list[InMessage], it: Iteration) -> None:
         """One input topic-partition's messages and what the job made of them."""
         if it.writes is not None:
-            self.pending.puts.update(it.writes.puts)
+            self.pending.update(it.writes)
         for rec in it.outputs:
             self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition)
             self.counts.by_topic[rec.topic] = self.counts.by_topic.get(rec.topic, 0) + rec.rows

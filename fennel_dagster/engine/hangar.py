@@ -242,15 +242,18 @@ class Hangar:
         rb = RocksBatch(raw_mode=True)
         put, delete = rb.put, rb.delete
         handles = self._handles
-        for (ns, key), value in batch.puts.items():
+        for ns, writes in batch.spaces.items():
+            if not writes:
+                continue
             handle = handles.get(ns)
             if handle is None:
                 self._family(ns, create=True)
                 handle = handles[ns]
-            if value is None:
-                delete(key, handle)
-            else:
-                put(key, value, handle)
+            for key, value in writes.items():
+                if value is None:
+                    delete(key, handle)
+                else:
+                    put(key, value, handle)
         if offsets is not None or marker is not None:
             self._family(META, create=True)
             meta = self._handles[META]

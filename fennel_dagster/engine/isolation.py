@@ -101,7 +101,7 @@ def _merge(a: Iteration, b: Iteration) -> Iteration:
         writes = WriteBatch()
         for part in (a.writes, b.writes):
             if part is not None:
-                writes.puts.update(part.puts)
+                writes.update(part)
     return Iteration(
         a.outputs + b.outputs,
         a.errors + b.errors,

@@ -127,7 +127,7 @@ class Recovery:
                     msgs = self._read_range(reader_c, t, p, a, b)
                     it = self.process(msgs, reader)
                     if it.writes is not None:
-                        pending.puts.update(it.writes.puts)
+                        pending.update(it.writes)
                     self.replayed.messages += len(msgs)
                 maybe_crash("mid_replay")
                 new = {(t, p): b + 1 for t, p, _, b in ranges}

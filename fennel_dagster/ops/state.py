@@ -12,7 +12,7 @@ named after the job and operator node id.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -68,25 +68,54 @@ def scan_each(
 
 @dataclass
 class WriteBatch:
-    """Mutations produced by one iteration, applied atomically (with offsets, in the engine).
+    """Mutations produced by one iteration, applied atomically (with offsets, in the engine):
+    per namespace, each key's new value (None: deleted). Later writes to the same key win.
 
-    Later writes to the same key win; ``overlay`` lets an operator read its own pending writes.
-    """
+    Kept by namespace so a store applies and an overlay reads one namespace's writes without
+    looking at the others', and an operator adds a batch's keys with one ``dict.update``."""
 
-    puts: dict[tuple[str, bytes], bytes | None] = field(default_factory=dict)
+    spaces: dict[str, dict[bytes, bytes | None]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, puts: Mapping[tuple[str, bytes], bytes | None]) -> WriteBatch:
+        """A batch of ``{(namespace, key): value}``."""
+        out = cls()
+        for (ns, key), value in puts.items():
+            out.space(ns)[key] = value
+        return out
+
+    def space(self, namespace: str) -> dict[bytes, bytes | None]:
+        """The writes to ``namespace``, to add to in bulk."""
+        found = self.spaces.get(namespace)
+        if found is None:
+            found = self.spaces[namespace] = {}
+        return found
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
-        self.puts[(namespace, key)] = value
+        self.space(namespace)[key] = value
 
     def delete(self, namespace: str, key: bytes) -> None:
-        self.puts[(namespace, key)] = None
+        self.space(namespace)[key] = None
+
+    def update(self, other: WriteBatch) -> None:
+        """``other``'s writes, winning over these."""
+        for ns, writes in other.spaces.items():
+            self.space(ns).update(writes)
+
+    def only(self, namespaces: Container[str]) -> WriteBatch:
+        """A copy of the writes to ``namespaces`` (later writes here do not show in it)."""
+        return WriteBatch({ns: dict(w) for ns, w in self.spaces.items() if ns in namespaces and w})
+
+    def touches(self, namespace: str) -> bool:
+        return bool(self.spaces.get(namespace))
 
     def items(self) -> Iterable[tuple[str, bytes, bytes | None]]:
-        for (ns, key), value in self.puts.items():
-            yield ns, key, value
+        for ns, writes in self.spaces.items():
+            for key, value in writes.items():
+                yield ns, key, value
 
     def __len__(self) -> int:
-        return len(self.puts)
+        return sum(len(w) for w in self.spaces.values())
 
 
 class StateStore(StateReader, Protocol):
@@ -112,18 +141,19 @@ class OverlayReader:
         base = (
             self._base.narrowed(namespaces) if isinstance(self._base, OverlayReader) else self._base
         )
-        mine = {k: v for k, v in self._pending.puts.items() if k[0] in namespaces}
-        return OverlayReader(base, WriteBatch(mine)) if mine else base
+        mine = self._pending.only(namespaces)
+        return OverlayReader(base, mine) if mine.spaces else base
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
-        hit = self._pending.puts.get((namespace, key), _MISSING)
+        hit = self._pending.spaces.get(namespace, {}).get(key, _MISSING)
         return self._base.get(namespace, key) if hit is _MISSING else hit  # type: ignore[return-value]
 
     def multi_get(self, namespace: str, keys: list[bytes]) -> list[bytes | None]:
         base = self._base.multi_get(namespace, keys)
         out: list[bytes | None] = []
+        mine = self._pending.spaces.get(namespace, {})
         for key, value in zip(keys, base, strict=True):
-            hit = self._pending.puts.get((namespace, key), _MISSING)
+            hit = mine.get(key, _MISSING)
             out.append(value if hit is _MISSING else hit)  # type: ignore[arg-type]
         return out
 
@@ -131,8 +161,8 @@ class OverlayReader:
         self, namespace: str, start: bytes, end: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
         merged = dict(self._base.scan(namespace, start, end))
-        for (ns, key), value in self._pending.puts.items():
-            if ns == namespace and key >= start and (end is None or key < end):
+        for key, value in self._pending.spaces.get(namespace, {}).items():
+            if key >= start and (end is None or key < end):
                 if value is None:
                     merged.pop(key, None)
                 else:
@@ -148,7 +178,7 @@ class OverlayReader:
     def scan_ranges(
         self, namespace: str, bounds: Sequence[tuple[bytes, bytes]]
     ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
-        if not any(ns == namespace for ns, _ in self._pending.puts):
+        if not self._pending.touches(namespace):
             return self._base.scan_ranges(namespace, bounds)
         return scan_each(self, namespace, bounds)
 

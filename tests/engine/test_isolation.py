@@ -133,7 +133,7 @@ def test_several_poison_messages_are_each_found_and_every_other_message_is_kept(
     it = process_isolating(_raising({3, 4, 57}), _msgs(64), MemoryState(), _poison, "j")  # type: ignore[arg-type]
     assert sorted(e.offset for e in it.errors) == [3, 4, 57]
     assert it.writes is not None
-    assert {int(k) for (_, k) in it.writes.puts} == set(range(64)) - {3, 4, 57}
+    assert {int(k) for _, k, _ in it.writes.items()} == set(range(64)) - {3, 4, 57}
 
 
 def test_shipped_code_that_does_not_load_is_a_job_fault_not_a_bad_row() -> None:

@@ -176,7 +176,7 @@ def test_a_keyless_dataset_sinks_every_row_as_a_create() -> None:
         {"payload": {"before": None, "after": rows[0], "op": "c", "ts_ms": ms(rows[0]),
                      "source": src}},
     ] * 2  # fmt: skip
-    assert not it.writes.puts
+    assert not len(it.writes)
 
 
 def test_sinks_the_platform_cannot_write_exactly_once_are_refused() -> None:

@@ -244,7 +244,7 @@ def test_clean_avro_batches_take_the_column_road_and_equal_the_row_road(
     rows = [[(o.partition, r) for o in it.outputs for r in rows_of(o.value)] for it in (fast, slow)]
     assert rows[0] == rows[1] and len(rows[0]) == 50
     assert fast.errors == slow.errors == []
-    assert fast.writes.puts == slow.writes.puts
+    assert fast.writes == slow.writes
     assert sorted(map(_canon, (r for _, r in rows[0])), key=str) == sorted(
         map(_expected, range(50)), key=str
     )

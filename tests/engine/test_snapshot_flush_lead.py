@@ -38,7 +38,7 @@ def test_a_due_snapshot_flushes_in_the_background_before_its_checkpoint(
 ) -> None:
     monkeypatch.setattr(snapshotting, "FLUSH_LEAD_S", 0.3)
     hangar = Hangar(tmp_path / "state")
-    hangar.apply(WriteBatch({("agg:ns", f"k{i:05}".encode()): b"v" * 100 for i in range(5000)}))
+    hangar.apply(WriteBatch.of({("agg:ns", f"k{i:05}".encode()): b"v" * 100 for i in range(5000)}))
     store = Recorded()
     snap = Snapshotter(store, "job", 0, tmp_path / "state", 0.0, 2)  # type: ignore[arg-type]
     snap.dirty = True
@@ -60,7 +60,7 @@ def test_a_due_snapshot_flushes_in_the_background_before_its_checkpoint(
 
 def test_a_requested_snapshot_is_taken_at_once(tmp_path: Path) -> None:
     hangar = Hangar(tmp_path / "state")
-    hangar.apply(WriteBatch({("agg:ns", b"k"): b"v"}))
+    hangar.apply(WriteBatch.of({("agg:ns", b"k"): b"v"}))
     store = Recorded()
     snap = Snapshotter(store, "job", 0, tmp_path / "state", 3600.0, 2)  # type: ignore[arg-type]
     snap.request()

@@ -102,7 +102,7 @@ def _batch(draw: Any) -> list[InMessage]:
 def _both(job: SourceJob, msgs: list[InMessage], mark: int | None) -> tuple[Iteration, Iteration]:
     state = MemoryState()
     if mark is not None:
-        state.apply(WriteBatch({(job.namespace, b"watermark"): str(mark).encode()}))
+        state.apply(WriteBatch.of({(job.namespace, b"watermark"): str(mark).encode()}))
     return job._by_columns(msgs, state) or job._row_by_row(msgs, state), job._row_by_row(
         msgs, state
     )  # noqa: SLF001
@@ -114,7 +114,7 @@ def _same(a: Iteration, b: Iteration) -> None:
     assert rows_a == rows_b
     assert a.errors == b.errors
     assert a.late == b.late
-    assert a.writes.puts == b.writes.puts
+    assert a.writes == b.writes
     assert a.newest_event_us == b.newest_event_us
 
 

@@ -50,7 +50,7 @@ def test_scan_ranges_is_a_scan_per_range(tmp_path: Path, stored, pending, ranges
     memory, hangar = _stores(tmp_path, stored)
     try:
         for base in (memory, hangar):
-            overlay = OverlayReader(base, WriteBatch({("ns", k): v for k, v in pending.items()}))
+            overlay = OverlayReader(base, WriteBatch.of({("ns", k): v for k, v in pending.items()}))
             for reader in (base, overlay):
                 items: list[tuple[bytes, bytes]] = []
                 counts = []

@@ -1,6 +1,6 @@
-"""A batch's event keys, tile keys and sequences computed at once (``entries``, ``tile_keys``,
-``free_seqs``) equal what ``entry``, ``tile_key`` and ``first_free`` give one by one,
-collisions included."""
+"""A batch's key prefixes, event keys, tile keys and sequences computed at once
+(``key_prefixes``, ``entries``, ``tile_keys``, ``free_seqs``) equal what ``key_prefix``,
+``entry``, ``tile_key`` and ``first_free`` give one by one, collisions included."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ from hypothesis import strategies as st
 
 from fennel_dagster.ops.aggregate.codec import tile_key, tile_keys
 from fennel_dagster.ops.aggregate.events import first_free, free_seqs
-from fennel_dagster.ops.keys import entries, entry
+from fennel_dagster.ops.keys import entries, entry, key_prefix, key_prefixes
 
 TIMES = st.integers(-(2**62), 2**62) | st.sampled_from([-1, 0, 1, 2**62, -(2**62)])
+
+
+KEY_VALUES = st.integers() | st.booleans() | st.none() | st.text(max_size=3) | st.floats()
+
+
+@given(st.lists(st.tuples(st.integers()), max_size=20)
+       | st.lists(st.tuples(KEY_VALUES), max_size=20)
+       | st.lists(st.tuples(KEY_VALUES, KEY_VALUES), max_size=20))  # fmt: skip
+def test_key_prefixes_equal_key_prefix_one_by_one(keys: list[tuple[object, ...]]) -> None:
+    assert key_prefixes(keys) == [key_prefix(k) for k in keys]
 
 
 @settings(max_examples=200, deadline=None)

@@ -44,7 +44,7 @@ def test_last_is_the_last_of_the_scan(tmp_path: Path, stored, pending, ranges) -
     hangar = Hangar(path)
     try:
         hangar.apply(batch)
-        overlay = OverlayReader(memory, WriteBatch({("ns", k): v for k, v in pending.items()}))
+        overlay = OverlayReader(memory, WriteBatch.of({("ns", k): v for k, v in pending.items()}))
         for start, end in ranges:
             for reader in (memory, hangar, overlay):
                 assert reader.last("ns", start, end) == _scan_last(reader, start, end), (

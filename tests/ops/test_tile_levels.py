@@ -78,5 +78,5 @@ def test_state_of_the_coarser_levels_is_read_with_them_and_gives_the_same_values
     wrong = MemoryState()
     _run(wrong, first)
     _as_legacy(wrong)
-    wrong.apply(WriteBatch({(NS + ":tiles", LEVELS_KEY): b"2"}))
+    wrong.apply(WriteBatch.of({(NS + ":tiles", LEVELS_KEY): b"2"}))
     assert _run(wrong, second) != want

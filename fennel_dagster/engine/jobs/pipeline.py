@@ -109,7 +109,7 @@ class PipelineJob:
         second = self.executor.run(None, typed, reader, start_at=rp.cut)
         done = self._emit(second, source, [])
         assert isinstance(it.writes, WriteBatch)
-        it.writes.puts.update(second.writes.puts)
+        it.writes.update(second.writes)
         it.outputs += done.outputs
         it.errors += done.errors
         it.late += done.late

@@ -50,7 +50,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
 from fennel_dagster.ops.columns import utc
-from fennel_dagster.ops.keys import entries, key_prefix
+from fennel_dagster.ops.keys import entries, key_prefixes
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -145,7 +145,7 @@ def _compute(
     # tiles, on to the end of the coarsest: an event held there after a query rules it out
     until = hi + 1 if tops is None else check_until(hi, tops)
     by_id = list(ids)
-    prefixes = [key_prefix(k) for k in by_id]
+    prefixes = key_prefixes(by_id)
     # Recording a batch, a key's queries span the batch's time for it, and so do the gaps
     # between their intervals at each edge of the window: reading through a gap reads about
     # as many entries as the batch brings the key, in one seek instead of one per query.
@@ -291,7 +291,7 @@ def _store_events(
     for i, rec in json.items():
         values[i] = dumps(rec)
     keys = entries(row_prefixes, hi, arr["seq"])
-    wb.puts.update(zip(((ns, key) for key in keys), values, strict=True))
+    wb.space(ns).update(zip(keys, values, strict=True))
     for j in range(len(fields)):
         for i in json:
             arr[f"t{j}"][i] = 3
@@ -308,7 +308,7 @@ def _fold_tiles(
 ) -> None:
     """Fold the batch's events (``fresh``) into their tiles at every level (``wb``), and
     replace the tiles they touch in ``levels``."""
-    put = wb.puts
+    put = wb.space(tns)
     names = sorted(lay.cols)
     for size, old in levels.items():
         idx = fresh.pos // size
@@ -330,7 +330,7 @@ def _fold_tiles(
             buf, w = packed.tobytes(), packed.dtype.itemsize
             keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
             values = [buf[o : o + w] for o in range(0, w * len(keys), w)]
-            put.update(zip(((tns, key) for key in keys), values, strict=True))
+            put.update(zip(keys, values, strict=True))
             merged_tiles = tiles_table(both.kid[first], packed, names)
         else:  # sums past 61 bits or big ints: Python's ints
             items: list[tuple[bytes, bytes]] = []
@@ -338,7 +338,7 @@ def _fold_tiles(
             for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
                 key = tile_key(prefixes[k], size, i)
                 value = encode_tile(i, rows, stats, names)
-                put[(tns, key)] = value
+                put[key] = value
                 items.append((key, value))
             merged_tiles = decode_tiles(lay, both.kid[first], items)
         keep = old.take(np.flatnonzero(~hit))
@@ -422,8 +422,7 @@ def _tiled_values(
 
 def _own_view(state: StateReader, wb: WriteBatch, names: Sequence[str]) -> OverlayReader:
     """An overlay of ``wb``'s pending writes to ``names`` only (scans then skip the rest)."""
-    mine = WriteBatch({(ns, k): v for (ns, k), v in wb.puts.items() if ns in names})
-    return OverlayReader(state, mine)
+    return OverlayReader(state, wb.only(names))
 
 
 def values_at(
@@ -475,7 +474,7 @@ def run_continuous(
     mine = (ns, tiles_namespace(scope, node))
     # A batch reads each key's entries before writing them, and keys' entries are disjoint,
     # so only writes made before this call (none, usually) need an overlay.
-    pending = any(name in mine for name, _ in wb.puts)
+    pending = any(wb.touches(name) for name in mine)
     if isinstance(state, OverlayReader):  # an earlier group's writes: merged only if ours
         state = state.narrowed(mine)
     reader = _own_view(state, wb, mine) if pending else state
