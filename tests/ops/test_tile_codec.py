@@ -16,6 +16,7 @@ from fennel_dagster.ops.aggregate.codec import (
     tag_of,
     tiles_table,
 )
+from fennel_dagster.ops.aggregate.continuous import _tile_codes
 from fennel_dagster.ops.aggregate.layout import Layout
 from fennel_dagster.ops.aggregate.stats import Table, merge_tiles
 from fennel_dagster.wire import spec
@@ -110,3 +111,23 @@ def _check(node: spec.AggregateNode, events: list[tuple[int, int, object, object
         for k in a.cols[c]:
             assert a.cols[c][k].tolist() == b.cols[c][k].tolist(), (c, k)
     return True
+
+
+PAIRS = st.lists(
+    st.tuples(st.integers(0, 50), st.integers(-(2**62), 2**62) | st.integers(-5, 5)), max_size=20
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PAIRS, PAIRS.filter(bool))
+def test_tile_codes_are_equal_and_ordered_as_their_key_and_index_pairs(
+    old: list[tuple[int, int]], new: list[tuple[int, int]]
+) -> None:
+    """Folding a batch into its tiles codes each (key id, tile index) as one int64: with
+    offsets in the indexes' span, or their ranks where that could overflow."""
+    col = lambda rows, j: np.array([r[j] for r in rows], dtype=np.int64)  # noqa: E731
+    a, b = _tile_codes(col(old, 0), col(old, 1), col(new, 0), col(new, 1))
+    pairs, codes = old + new, np.concatenate([a, b]).tolist()
+    for p, c in zip(pairs, codes, strict=True):
+        for q, d in zip(pairs, codes, strict=True):
+            assert (p == q) == (c == d) and (p < q) == (c < d)

@@ -310,15 +310,17 @@ def _fold_tiles(
     replace the tiles they touch in ``levels``."""
     put = wb.space(tns)
     names = sorted(lay.cols)
+    if not len(fresh.kid):
+        return
     for size, old in levels.items():
         idx = fresh.pos // size
-        _, rank = np.unique(np.concatenate([old.pos, idx]), return_inverse=True)
-        width = np.int64(rank.max() + 1)
-        old_code = old.kid * width + rank[: len(old.pos)]
-        groups, gid_new = np.unique(fresh.kid * width + rank[len(old.pos) :], return_inverse=True)
-        hit = np.isin(old_code, groups)
+        old_code, new_code = _tile_codes(old.kid, old.pos, fresh.kid, idx)
+        groups, gid_new = np.unique(new_code, return_inverse=True)
+        # the held tiles the batch folds into: their codes among the batch's (sorted) groups
+        at = np.minimum(np.searchsorted(groups, old_code), len(groups) - 1)
+        hit = groups[at] == old_code
         old_rows = np.flatnonzero(hit)
-        gid = np.concatenate([np.searchsorted(groups, old_code[old_rows]), gid_new])
+        gid = np.concatenate([at[old_rows], gid_new])
         both = Table.concat([old.take(old_rows), Table(fresh.kid, idx, fresh.n, fresh.cols)])
         srt = np.argsort(gid, kind="stable")
         both, gid = both.take(srt), gid[srt]
@@ -343,6 +345,24 @@ def _fold_tiles(
             merged_tiles = decode_tiles(lay, both.kid[first], items)
         keep = old.take(np.flatnonzero(~hit))
         levels[size] = Table.concat([keep, merged_tiles])
+
+
+def _tile_codes(
+    old_kid: np.ndarray, old_idx: np.ndarray, new_kid: np.ndarray, new_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 per (key id, tile index), equal where both are, ordered as the pairs are:
+    key id times the span of the indexes, plus the index's offset in it; where that could
+    overflow (indexes spread past 2^62 / keys), the indexes' ranks replace them."""
+    both = np.concatenate([old_idx, new_idx])
+    base, top = int(both.min()), int(both.max())
+    kids = int(max(old_kid.max(initial=0), new_kid.max(initial=0))) + 1
+    if (top - base + 1) * kids < 1 << 62:
+        width = np.int64(top - base + 1)
+        return old_kid * width + (old_idx - base), new_kid * width + (new_idx - base)
+    _, rank = np.unique(both, return_inverse=True)
+    width = np.int64(rank.max() + 1)
+    n = len(old_idx)
+    return old_kid * width + rank[:n], new_kid * width + rank[n:]
 
 
 def _tiled_values(
