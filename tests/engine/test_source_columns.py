@@ -103,9 +103,8 @@ def _both(job: SourceJob, msgs: list[InMessage], mark: int | None) -> tuple[Iter
     state = MemoryState()
     if mark is not None:
         state.apply(WriteBatch.of({(job.namespace, b"watermark"): str(mark).encode()}))
-    return job._by_columns(msgs, state) or job._row_by_row(msgs, state), job._row_by_row(
-        msgs, state
-    )  # noqa: SLF001
+    fast = job._by_columns(msgs, state, None) or job._row_by_row(msgs, state, None)  # noqa: SLF001
+    return fast, job._row_by_row(msgs, state, None)  # noqa: SLF001
 
 
 def _same(a: Iteration, b: Iteration) -> None:
@@ -160,9 +159,9 @@ def test_since_drops_the_same_rows_and_clean_batches_take_the_column_road(
 ) -> None:
     job = _job(False, since=(T0 + pd.Timedelta(hours=1)).to_pydatetime())
     msgs = [InMessage("ext", 0, i, None, json.dumps(r).encode()) for i, r in enumerate(rows)]
-    fast = job._by_columns(msgs, MemoryState())  # noqa: SLF001
+    fast = job._by_columns(msgs, MemoryState(), None)  # noqa: SLF001
     assert fast is not None  # a clean batch: the column road took it
-    _same(fast, job._row_by_row(msgs, MemoryState()))  # noqa: SLF001
+    _same(fast, job._row_by_row(msgs, MemoryState(), None))  # noqa: SLF001
 
 
 @pytest.mark.parametrize("mark_s", [None, 60, 61])

@@ -18,7 +18,7 @@ from fennel_dagster.ops.aggregate.codec import (
 )
 from fennel_dagster.ops.aggregate.continuous import _tile_codes
 from fennel_dagster.ops.aggregate.layout import Layout
-from fennel_dagster.ops.aggregate.stats import Table, merge_tiles
+from fennel_dagster.ops.aggregate.stats import Table, merge_tiles, sorted_table
 from fennel_dagster.wire import spec
 
 W = spec.WindowSpec("continuous", duration=3600)
@@ -131,3 +131,20 @@ def test_tile_codes_are_equal_and_ordered_as_their_key_and_index_pairs(
     for p, c in zip(pairs, codes, strict=True):
         for q, d in zip(pairs, codes, strict=True):
             assert (p == q) == (c == d) and (p < q) == (c < d)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PAIRS, PAIRS)
+def test_sorted_table_is_the_stable_sort_by_key_then_position(
+    first: list[tuple[int, int]], then: list[tuple[int, int]]
+) -> None:
+    """Two runs, each sorted or not, put together as a batch's tables are; the order must be
+    numpy's stable lexsort, ties (a key's events at one instant) in the order they came."""
+    rows = sorted(first) + then
+    kid = np.array([k for k, _ in rows], dtype=np.int64)
+    pos = np.array([p for _, p in rows], dtype=np.int64)
+    t = Table(kid, pos, np.arange(len(rows), dtype=np.int64), {})
+    want = np.lexsort((pos, kid))
+    got = sorted_table(t)
+    assert got.n.tolist() == want.tolist()
+    assert got.kid.tolist() == kid[want].tolist() and got.pos.tolist() == pos[want].tolist()

@@ -61,6 +61,14 @@ def format_of(source: spec.SourceSpec, auth: str | None = None) -> RowFormat | N
     return ProtobufRows(registry)
 
 
+def row_kind(source: spec.SourceSpec) -> str:
+    """What one of the source's values holds, as its errors name it."""
+    kind = dict(source.connector.config).get("format")
+    return {"avro": "an Avro record", "protobuf": "a Protobuf message"}.get(
+        str(kind), "a JSON object"
+    )
+
+
 Decoded = dict[str, Any] | BadValue | None
 
 
@@ -82,7 +90,8 @@ def decode_each(fmt: RowFormat, messages: list[InMessage], max_bytes: int) -> li
 
 def all_rows(decoded: list[Decoded]) -> list[dict[str, Any]] | None:
     """The rows for the column road, or None when a message carries none."""
-    return decoded if all(type(d) is dict for d in decoded) else None  # type: ignore[return-value]
+    rows = [d for d in decoded if isinstance(d, dict)]
+    return rows if len(rows) == len(decoded) else None
 
 
 K = TypeVar("K")

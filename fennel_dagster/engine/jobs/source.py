@@ -42,7 +42,6 @@ from fennel_dagster.wire import plan, spec
 MAX_MESSAGE_BYTES = 1_000_000
 _WATERMARK = b"watermark"
 _UNREAD = object()  # a message whose value could not be read (its error row is written)
-_ROW_KINDS = {"avro": "an Avro record", "protobuf": "a Protobuf message"}  # else a JSON object
 
 
 class SourceJob:
@@ -62,8 +61,7 @@ class SourceJob:
         self.where = where_function(self.source)
         # Avro / Protobuf values (a schema registry's wire format), else JSON
         self.format = registry_formats.format_of(self.source, registry_auth)
-        self._row_kind = _ROW_KINDS.get(str(dict(self.source.connector.config).get("format")),
-                                        "a JSON object")  # fmt: skip
+        self._row_kind = registry_formats.row_kind(self.source)
         self._columns = source_columns.takes(self.source)
         self.since = pd.Timestamp(self.source.since) if self.source.since else None
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
@@ -96,11 +94,10 @@ class SourceJob:
         self,
         messages: list[InMessage],
         state: StateReader,
-        decoded: list[registry_formats.Decoded] | None = None,
+        decoded: list[registry_formats.Decoded] | None,
     ) -> Iteration | None:
         """The batch judged column by column (``source_columns``), or None when one of its
         rows needs the row-by-row road."""
-        decoded = decoded or self._decoded(messages)
         docs = (
             source_columns.parse(messages, MAX_MESSAGE_BYTES)
             if decoded is None
@@ -151,9 +148,8 @@ class SourceJob:
         self,
         messages: list[InMessage],
         state: StateReader,
-        decoded: list[registry_formats.Decoded] | None = None,
+        decoded: list[registry_formats.Decoded] | None,
     ) -> Iteration:
-        decoded = decoded or self._decoded(messages)
         it = Iteration(writes=WriteBatch())
         rows: list[tuple[dict[str, Any], InMessage, bool]] = []
         for i, m in enumerate(messages):
