@@ -16,9 +16,8 @@ from fennel_dagster.ops.aggregate.codec import (
     tag_of,
     tiles_table,
 )
-from fennel_dagster.ops.aggregate.continuous import _tile_codes
 from fennel_dagster.ops.aggregate.layout import Layout
-from fennel_dagster.ops.aggregate.stats import Table, merge_tiles, sorted_table
+from fennel_dagster.ops.aggregate.stats import Table, merge_tiles, pair_codes, sorted_table
 from fennel_dagster.wire import spec
 
 W = spec.WindowSpec("continuous", duration=3600)
@@ -126,7 +125,7 @@ def test_tile_codes_are_equal_and_ordered_as_their_key_and_index_pairs(
     """Folding a batch into its tiles codes each (key id, tile index) as one int64: with
     offsets in the indexes' span, or their ranks where that could overflow."""
     col = lambda rows, j: np.array([r[j] for r in rows], dtype=np.int64)  # noqa: E731
-    a, b = _tile_codes(col(old, 0), col(old, 1), col(new, 0), col(new, 1))
+    a, b = pair_codes([col(old, 0), col(new, 0)], [col(old, 1), col(new, 1)])
     pairs, codes = old + new, np.concatenate([a, b]).tolist()
     for p, c in zip(pairs, codes, strict=True):
         for q, d in zip(pairs, codes, strict=True):

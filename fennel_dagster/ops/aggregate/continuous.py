@@ -46,6 +46,7 @@ from fennel_dagster.ops.aggregate.stats import (
     align,
     common_scale,
     merge_tiles,
+    pair_codes,
     sorted_table,
 )
 from fennel_dagster.ops.aggregate.values import aggregate_values, finish
@@ -314,7 +315,7 @@ def _fold_tiles(
         return
     for size, old in levels.items():
         idx = fresh.pos // size
-        old_code, new_code = _tile_codes(old.kid, old.pos, fresh.kid, idx)
+        old_code, new_code = pair_codes([old.kid, fresh.kid], [old.pos, idx])
         groups, gid_new = np.unique(new_code, return_inverse=True)
         # the held tiles the batch folds into: their codes among the batch's (sorted) groups
         at = np.minimum(np.searchsorted(groups, old_code), len(groups) - 1)
@@ -345,24 +346,6 @@ def _fold_tiles(
             merged_tiles = decode_tiles(lay, both.kid[first], items)
         keep = old.take(np.flatnonzero(~hit))
         levels[size] = Table.concat([keep, merged_tiles])
-
-
-def _tile_codes(
-    old_kid: np.ndarray, old_idx: np.ndarray, new_kid: np.ndarray, new_idx: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """One int64 per (key id, tile index), equal where both are, ordered as the pairs are:
-    key id times the span of the indexes, plus the index's offset in it; where that could
-    overflow (indexes spread past 2^62 / keys), the indexes' ranks replace them."""
-    both = np.concatenate([old_idx, new_idx])
-    base, top = int(both.min()), int(both.max())
-    kids = int(max(old_kid.max(initial=0), new_kid.max(initial=0))) + 1
-    if (top - base + 1) * kids < 1 << 62:
-        width = np.int64(top - base + 1)
-        return old_kid * width + (old_idx - base), new_kid * width + (new_idx - base)
-    _, rank = np.unique(both, return_inverse=True)
-    width = np.int64(rank.max() + 1)
-    n = len(old_idx)
-    return old_kid * width + rank[:n], new_kid * width + rank[n:]
 
 
 def _tiled_values(

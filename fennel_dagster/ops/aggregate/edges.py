@@ -12,7 +12,7 @@ import numpy as np
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.events import Events
 from fennel_dagster.ops.aggregate.layout import Layout, lows
-from fennel_dagster.ops.aggregate.stats import Source, Table, sorted_table
+from fennel_dagster.ops.aggregate.stats import Source, Table, pair_codes, sorted_table
 
 # The largest top tile a window's right end is taken from: finding that nothing held in it is
 # later than a query reads the key's raw events there, all of them where some are (a late
@@ -64,10 +64,8 @@ def held_tiles(level: Table, qk: np.ndarray, idx: np.ndarray, size: int) -> Tabl
     """The held tiles at (key id, tile index) of the queries, positioned at their start time."""
     if not len(level.kid) or not len(qk):
         return level.take(np.zeros(0, np.int64))
-    base = min(int(level.pos.min()), int(idx.min()))
-    width = max(int(level.pos.max()), int(idx.max())) - base + 1
-    mine = level.kid * width + (level.pos - base)
-    out = level.take(np.flatnonzero(np.isin(mine, qk * width + (idx - base))))
+    mine, wanted = pair_codes([level.kid, qk], [level.pos, idx])
+    out = level.take(np.flatnonzero(np.isin(mine, wanted)))
     out.pos = out.pos * size
     return out
 

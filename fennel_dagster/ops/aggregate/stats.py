@@ -193,17 +193,29 @@ class Source:
         return out
 
 
+def pair_codes(kids: list[np.ndarray], pos: list[np.ndarray]) -> list[np.ndarray]:
+    """One int64 per (key id, position) of each pair of arrays, equal where the pairs are and
+    ordered as they are: key id times the positions' span, plus the position's offset in it;
+    where that could overflow (positions spread past 2^62 / keys), the positions' ranks."""
+    both = np.concatenate(pos)
+    if not len(both):
+        return [np.zeros(0, np.int64) for _ in pos]
+    base, top = int(both.min()), int(both.max())
+    keys = max(int(k.max(initial=0)) for k in kids) + 1
+    if (top - base + 1) * keys < 1 << 62:
+        width = np.int64(top - base + 1)
+        return [k * width + (p - base) for k, p in zip(kids, pos, strict=True)]
+    _, rank = np.unique(both, return_inverse=True)
+    width = np.int64(rank.max() + 1)
+    cuts = np.cumsum([len(p) for p in pos])[:-1]
+    return [k * width + r for k, r in zip(kids, np.split(rank, cuts), strict=True)]
+
+
 def sorted_table(t: Table) -> Table:
     """``t`` sorted by (key, position). A batch's tables are sorted runs put together (the
     entries read, then the batch's own): as one int64 per entry, a stable sort merges such
     runs in about linear time, and a table already sorted is returned as it is."""
-    if not len(t.kid):
-        return t
-    lo, hi = int(t.pos.min()), int(t.pos.max())
-    span = hi - lo + 1
-    if int(t.kid.min()) < 0 or span * (int(t.kid.max()) + 1) >= 1 << 62:
-        return t.take(np.lexsort((t.pos, t.kid)))
-    code = t.kid * span + (t.pos - lo)
+    (code,) = pair_codes([t.kid], [t.pos])
     if (code[1:] >= code[:-1]).all():
         return t
     return t.take(np.argsort(code, kind="stable"))
