@@ -85,9 +85,14 @@ def topic_partitions(
 
 
 def in_message(msg: Message) -> InMessage:
+    """The message as a named tuple made by ``tuple.__new__``: the named tuple's own
+    constructor is a Python function, a third of this call's cost on a source's batch."""
     ts = msg.timestamp()
-    return InMessage(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(),
-                     msg.value(), ts[1] if ts else 0)  # fmt: skip
+    return _new_tuple(InMessage, (msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
+                                  msg.key(), msg.value(), ts[1] if ts else 0))  # fmt: skip
+
+
+_new_tuple = tuple.__new__
 
 
 def lag(c: Consumer) -> int | None:
