@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from fennel_dagster.ops.aggregate.continuous import run_continuous
 from fennel_dagster.ops.aggregate.edges import edge_sizes
 from fennel_dagster.ops.aggregate.layout import Layout
+from fennel_dagster.ops.aggregate.newest import is_newest_key
 from fennel_dagster.ops.state import MemoryState, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -178,3 +179,96 @@ def test_only_windows_of_small_top_tiles_take_their_right_end_from_one(
     forever's top tile could hold all of a key's newer events, read for one late event."""
     sizes = edge_sizes(Layout.of(node(window)), np.array([10 * HOUR]))
     assert (None if sizes is None else sizes[("continuous", 3600)]) == edge
+
+
+def _forget_newest(state: MemoryState) -> None:
+    """Drop every key's newest-event entry, as state written before them lacks them."""
+    wb = WriteBatch()
+    for ns in [ns for ns in state._data if ns.endswith(":tiles")]:
+        for key in [k for k in state._data[ns] if is_newest_key(k)]:
+            wb.delete(ns, key)
+    state.apply(wb)
+
+
+@pytest.mark.parametrize("windows", ["hour, 100 s", "a second (no edge tile)"])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    rows=events,
+    cuts=st.lists(st.integers(1, 59), max_size=6),
+    forget=st.lists(st.booleans(), min_size=7, max_size=7),
+    again=st.lists(st.integers(0, 59), max_size=4),
+)
+def test_values_stay_brute_force_where_the_newest_entries_are_missing(
+    windows: str, rows: list[Any], cuts: list[int], forget: list[bool], again: list[int]
+) -> None:
+    """State written before a key's newest-event entry (``newest``) has none: the key's last
+    raw event stands in for it. Identical events (``again``: an event sent twice, in a later
+    batch) count as often as they come, at an instant held or not."""
+    n = node(*WINDOWS[windows])
+    arrival = sorted(rows, key=lambda r: r[1] + r[3])
+    arrival += [arrival[i] for i in again if i < len(arrival)]
+    bounds = [0, *sorted({c for c in cuts if c < len(arrival)}), len(arrival)]
+    state = MemoryState()
+    seen: list[Any] = []
+    for j, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if forget[j % len(forget)]:
+            _forget_newest(state)
+        batch = [(u, t, v) for u, t, v, _ in arrival[a:b]]
+        out = record(state, n, batch)
+        seen += batch
+        for i, (uid, t, _) in enumerate(batch):
+            for into, value in expected(n, seen, uid, t).items():
+                assert out.iloc[i][into] == value, (into, uid, t, batch)
+
+
+class RawSeeks(MemoryState):
+    """Counts the seeks its reads of raw events (not tiles) make: ranges, and last entries."""
+
+    seeks = 0
+
+    def scan_ranges(
+        self, ns: str, bounds: list[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        if not ns.endswith(":tiles"):
+            self.seeks += len(bounds)
+        return super().scan_ranges(ns, bounds)
+
+    def last(self, ns: str, start: bytes, end: bytes) -> tuple[bytes, bytes] | None:
+        if not ns.endswith(":tiles"):
+            self.seeks += 1
+        return super().last(ns, start, end)
+
+
+def test_a_key_in_order_seeks_no_raw_events() -> None:
+    """A key whose newest held event is older than its batch's events reads none of its raw
+    events (a live key within its first window: no left end either); an event at the newest
+    held one's instant reads them, and a key without the entry finds its last event once."""
+    n = node(spec.WindowSpec("continuous", duration=3600))
+    state = RawSeeks()
+    base = 10 * HOUR
+    record(state, n, [(1, base, 1.0), (2, base + US, 1.0)])
+    state.seeks = 0
+    out = record(state, n, [(1, base + 2 * US, 2.0), (2, base + 3 * US, 3.0)])
+    assert state.seeks == 0
+    assert out["n0"].tolist() == [2, 2]
+    out = record(state, n, [(1, base + 2 * US, 2.0)])  # the same event again, at its instant
+    assert state.seeks == 1 and out["n0"].tolist() == [3]
+    state.seeks = 0
+    _forget_newest(state)
+    out = record(state, n, [(2, base + 4 * US, 1.0)])
+    assert state.seeks == 1 and out["n0"].tolist() == [3]
+    state.seeks = 0
+    out = record(state, n, [(2, base + 5 * US, 1.0)])  # the entry is back
+    assert state.seeks == 0 and out["n0"].tolist() == [4]
+
+
+def test_a_late_batch_does_not_move_the_newest_event_back() -> None:
+    """After a late event, the key's newest is still the later one held: an event between the
+    two must not take its right end from the edge tile, which holds the later event."""
+    n = node(spec.WindowSpec("continuous", duration=3600))
+    state = MemoryState()
+    base = 10 * HOUR  # one 64 s tile from here
+    record(state, n, [(1, base + 20 * US, 1.0)])
+    assert record(state, n, [(1, base + 5 * US, 1.0)])["n0"].tolist() == [1]
+    assert record(state, n, [(1, base + 10 * US, 1.0)])["n0"].tolist() == [2]
+    assert record(state, n, [(1, base + 30 * US, 1.0)])["n0"].tolist() == [4]

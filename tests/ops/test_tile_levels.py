@@ -11,6 +11,7 @@ import pandas as pd
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate import run_continuous
 from fennel_dagster.ops.aggregate.continuous import LEVELS_KEY
+from fennel_dagster.ops.aggregate.newest import is_newest_key
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -51,12 +52,15 @@ def _run(state: MemoryState, rows: pd.DataFrame) -> list[dict[str, object]]:
 
 
 def _as_legacy(state: MemoryState) -> None:
-    """What the code before wrote: no marker, and no tile of a level finer than 64 s."""
+    """What the code before wrote: no marker, no newest-event entries, and no tile of a
+    level finer than 64 s."""
     tns = NS + ":tiles"
     wb = WriteBatch()
     wb.delete(tns, LEVELS_KEY)
     for key, _ in state.scan(tns, b""):
-        if key != LEVELS_KEY and struct.unpack(">QQ", key[-16:])[0] < 64 * US:
+        if key == LEVELS_KEY:
+            continue
+        if is_newest_key(key) or struct.unpack(">QQ", key[-16:])[0] < 64 * US:
             wb.delete(tns, key)
     state.apply(wb)
 

@@ -40,6 +40,7 @@ from fennel_dagster.ops.aggregate.events import (
     tiles_namespace,
 )
 from fennel_dagster.ops.aggregate.layout import Layout, lows, of_columns, wkey
+from fennel_dagster.ops.aggregate.newest import newest_held, record_newest
 from fennel_dagster.ops.aggregate.stats import (
     Source,
     Table,
@@ -170,7 +171,13 @@ def _compute(
         levels[top] = reads.tiles(top, bounds)
         at_top = Source(levels[top].kid, levels[top].pos, levels[top].n)
         left = {w: np.diff(at_top.locate(qk, [e, e + 1]), axis=0)[0] > 0 for w, e in ends.items()}
-    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [(hi, until)]
+    # Recording, a query reads the raw events from its time on (a later one rules its edge
+    # tile out; one at its instant holds a sequence) only where its key holds such an event.
+    held_newest = newest_held(reader, ns, prefixes) if new is not None else None
+    after = np.ones(n, dtype=bool) if held_newest is None else held_newest[qk] >= hi
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [
+        (np.where(after, hi, none), np.where(after, until, none))
+    ]
     raw_bounds += [(lo, hi + 1) for lo in raw_lows]
     for w, p in plans.items():
         raw_bounds.append((np.where(left[w], p.la, none), np.where(left[w], p.lb, none)))
@@ -203,6 +210,8 @@ def _compute(
     if new is not None:
         assert wb is not None
         fresh = _store_events(lay, ns, prefixes, events, qk, hi, new.take(order), by_id, wb)
+        assert held_newest is not None
+        record_newest(wb, ns, prefixes, held_newest, qk, hi)
         if lay.tiled:
             fresh_table = fresh.table()
             _fold_tiles(lay, ns + REWRITTEN_SUFFIX, prefixes, fresh_table, levels, wb)
