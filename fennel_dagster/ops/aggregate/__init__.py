@@ -11,7 +11,8 @@ State of a continuous (or ``forever``) aggregate, two namespaces:
   aggregates of the key's events in that tile (``ops/tiles.py``): row count, and per column
   read by a count/sum/avg/min/max/stddev its non-null count, exact sum and sum of squares
   (dyadic integers), min and max; a fixed-width binary record when the sums fit 128 bits,
-  else JSON (the formats: ``codec.py``).
+  else JSON (the formats: ``codec.py``); and per group key, under its bare prefix, the time
+  of the newest event it holds (``newest.py``: a batch in order reads none of its raw events).
 
 Exactness. The value at time ``t`` aggregates exactly the key's events with event time in
 ``[t - duration, t]`` (both ends, as in Fennel; ``forever``: all up to ``t``), whatever order and batching they arrived
