@@ -55,6 +55,9 @@ _PLAIN: dict[type, tuple[set[type], pa.DataType]] = {
 }
 
 
+_UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
+
+
 def _native(col: pd.Series, dtype: spec.DType) -> pa.Array | None:
     """``col`` as an Arrow array of the field's own type, or None when its values would not
     come back exactly as the JSON row format gives them (they then travel as JSON text)."""
@@ -83,6 +86,8 @@ def _native(col: pd.Series, dtype: spec.DType) -> pa.Array | None:
                 if kind.kind == "O":
                     return pa.array(col, type=pa.string(), from_pandas=True)
             case spec.TimestampType():
+                if kind == _UTC_NS:  # as typed rows hold them: no accessor (~0.2 ms each)
+                    return pa.array(col, type=pa.timestamp("ns", tz="UTC"), from_pandas=True)
                 if isinstance(kind, pd.DatetimeTZDtype):
                     stamps = col.dt.tz_convert("UTC").dt.as_unit("ns")
                     return pa.array(stamps, type=pa.timestamp("ns", tz="UTC"), from_pandas=True)

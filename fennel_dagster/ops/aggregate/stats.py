@@ -154,6 +154,7 @@ class Source:
         self.pos = pos
         self.n = tiles.prefix(n)
         self.cols: dict[str, dict[str, np.ndarray]] = {}
+        self._packing: tuple[int, int, np.ndarray | None] | None = None
 
     def locate(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
         """Per bound array: the index of the first entry of the query's key at or after it."""
@@ -168,17 +169,25 @@ class Source:
         would not fit 62 bits (positions spread over ages times many keys)."""
         if not len(self.pos) or not len(qkeys):
             return None
-        lo, hi = int(self.pos.min()), int(self.pos.max())
+        lo, hi, mine = self._packed()
         span = hi - lo + 3
-        keys = max(int(self.keys.max()), int(qkeys.max())) + 1
-        if span * keys >= 1 << 62 or int(qkeys.min()) < 0:
+        if mine is None or span * (int(qkeys.max()) + 1) >= 1 << 62 or int(qkeys.min()) < 0:
             return None
-        mine = self.keys * span + (self.pos - lo + 1)
         base = qkeys * span
         return [
             np.searchsorted(mine, base + (np.clip(b, lo - 1, hi + 1) - lo + 1), "left")
             for b in bounds
         ]
+
+    def _packed(self) -> tuple[int, int, np.ndarray | None]:
+        """The positions' bounds and the entries packed (None where that would not fit in 62
+        bits): once, though a batch locates in one source many times."""
+        if self._packing is None:
+            lo, hi = int(self.pos.min()), int(self.pos.max())
+            span, keys = hi - lo + 3, int(self.keys.max()) + 1
+            mine = self.keys * span + (self.pos - lo + 1) if span * keys < 1 << 62 else None
+            self._packing = (lo, hi, mine)
+        return self._packing
 
     def _locate_ranked(self, qkeys: np.ndarray, bounds: list[np.ndarray]) -> list[np.ndarray]:
         m = len(qkeys)
