@@ -272,3 +272,31 @@ def test_a_late_batch_does_not_move_the_newest_event_back() -> None:
     assert record(state, n, [(1, base + 5 * US, 1.0)])["n0"].tolist() == [1]
     assert record(state, n, [(1, base + 10 * US, 1.0)])["n0"].tolist() == [2]
     assert record(state, n, [(1, base + 30 * US, 1.0)])["n0"].tolist() == [4]
+
+
+class TileRanges(MemoryState):
+    """Counts the ranges its scans of tiles ask for."""
+
+    ranges = 0
+
+    def scan_ranges(
+        self, ns: str, bounds: list[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        if ns.endswith(":tiles"):
+            self.ranges += len(bounds)
+        return super().scan_ranges(ns, bounds)
+
+
+def test_a_tile_newer_than_every_held_event_is_not_sought() -> None:
+    """The finer tile an event records into is read to fold into it, unless the key's newest
+    held event is older than the tile's start: then no event, so no tile, is there."""
+    n = node(spec.WindowSpec("continuous", duration=3600))
+    state = TileRanges()
+    base = 10 * HOUR  # a 64 s tile starts here
+    record(state, n, [(1, base, 1.0)])
+    state.ranges = 0
+    assert record(state, n, [(1, base + 10 * US, 2.0)])["s0"].tolist() == [3.0]
+    fresh_tile = state.ranges
+    state.ranges = 0
+    assert record(state, n, [(1, base + 10 * US + 500_000, 4.0)])["s0"].tolist() == [7.0]
+    assert state.ranges == fresh_tile + 1

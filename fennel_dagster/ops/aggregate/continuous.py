@@ -123,6 +123,12 @@ class _Reads:
         return decode_tiles(self.lay, np.repeat(np.arange(len(counts)), counts), items)
 
 
+def _where_held(may: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The one-tile bounds ``[idx, idx + 1)`` where ``may`` holds, empty elsewhere."""
+    none = np.zeros(len(idx), np.int64)
+    return np.where(may, idx, none), np.where(may, idx + 1, none)
+
+
 def _compute(
     lay: Layout,
     reader: StateReader,
@@ -188,8 +194,11 @@ def _compute(
     if tops is not None and is_late.any():  # these read their right ends as lookups do
         more = reads.raw(is_late, [(p.ra, p.rb) for p in plans.values()])
         events = events.merged(more).unique()
+    # the tile each query records into, where its key may hold it: an event there at least
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
-        s: [(hi // s, hi // s + 1)] if new is not None else [] for s in lay.sizes if s != top
+        s: [] if held_newest is None else [_where_held(held_newest[qk] >= hi // s * s, hi // s)]
+        for s in lay.sizes
+        if s != top
     }
     for w, p in plans.items():
         for size, l0, l1, r0, r1 in p.tiles:
