@@ -8,13 +8,23 @@ in extractors, and ``lookup`` from clients. Ties at one instant are broken by co
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
-from fennel_dagster.ops.rows import content_seq, dumps, from_records, loads, to_records
+from fennel_dagster.ops.columns import utc
+from fennel_dagster.ops.keys import (
+    entries,
+    entry_key,
+    key_prefix,
+    key_prefixes,
+    micros,
+    split_entry,
+)
+from fennel_dagster.ops.rows import dumps, from_records, loads, to_records
 from fennel_dagster.ops.state import StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -29,16 +39,21 @@ def upsert(
     ds: spec.DatasetSpec, rows: pd.DataFrame, batch: WriteBatch, deleted: pd.Series | None = None
 ) -> None:
     """Record ``rows`` (with the dataset's schema) as new versions of their keys."""
-    keys, ts = ds.keys, ds.timestamp
-    ns = namespace(ds.name)
+    keys = ds.keys
     records = to_records(rows, [f.name for f in ds.fields])
+    if not records:
+        return
     flags = [False] * len(records) if deleted is None else [bool(x) for x in deleted.tolist()]
-    stamps = rows[ts].tolist()
-    for rec, stamp, gone in zip(records, stamps, flags, strict=True):
-        if gone:
-            rec = {**rec, DELETED: True}
-        key = entry_key(tuple(rec[k] for k in keys), micros(pd.Timestamp(stamp)), content_seq(rec))
-        batch.put(ns, key, dumps(rec))
+    values = [dumps({**rec, DELETED: True} if gone else rec)
+              for rec, gone in zip(records, flags, strict=True)]  # fmt: skip
+    # each row's entry: its key's prefix, time and content sequence (``content_seq``, from
+    # the bytes stored), the keys' suffixes packed at once
+    prefixes = key_prefixes([tuple(rec[k] for k in keys) for rec in records])
+    stamps = utc(rows[ds.timestamp]).array.asi8 // 1000  # type: ignore[attr-defined]
+    seqs = np.array([zlib.crc32(v) for v in values], dtype=np.uint64)
+    batch.space(namespace(ds.name)).update(
+        zip(entries(prefixes, stamps, seqs), values, strict=True)
+    )
 
 
 def _asof(
