@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fennel_dagster.errors import EngineError
+from fennel_dagster.ops.columns import UTC_NS
 from fennel_dagster.ops.index import DELETED
 from fennel_dagster.ops.rows import base_type, dumps, json_column, loads, to_records, typed_series
 from fennel_dagster.wire import spec
@@ -55,9 +56,6 @@ _PLAIN: dict[type, tuple[set[type], pa.DataType]] = {
 }
 
 
-_UTC_NS = pd.DatetimeTZDtype("ns", "UTC")
-
-
 def _native(col: pd.Series, dtype: spec.DType) -> pa.Array | None:
     """``col`` as an Arrow array of the field's own type, or None when its values would not
     come back exactly as the JSON row format gives them (they then travel as JSON text)."""
@@ -86,7 +84,7 @@ def _native(col: pd.Series, dtype: spec.DType) -> pa.Array | None:
                 if kind.kind == "O":
                     return pa.array(col, type=pa.string(), from_pandas=True)
             case spec.TimestampType():
-                if kind == _UTC_NS:  # as typed rows hold them: no accessor (~0.2 ms each)
+                if kind == UTC_NS:  # as typed rows hold them: no accessor (~0.2 ms each)
                     return pa.array(col, type=pa.timestamp("ns", tz="UTC"), from_pandas=True)
                 if isinstance(kind, pd.DatetimeTZDtype):
                     stamps = col.dt.tz_convert("UTC").dt.as_unit("ns")
