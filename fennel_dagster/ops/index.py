@@ -8,23 +8,22 @@ in extractors, and ``lookup`` from clients. Ties at one instant are broken by co
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.ops.columns import utc
 from fennel_dagster.ops.keys import (
     entries,
     entry_key,
     key_prefix,
     key_prefixes,
     micros,
+    micros_array,
     split_entry,
 )
-from fennel_dagster.ops.rows import dumps, from_records, loads, to_records
+from fennel_dagster.ops.rows import dumps, from_records, loads, seq_of, to_records
 from fennel_dagster.ops.state import StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -46,11 +45,11 @@ def upsert(
     flags = [False] * len(records) if deleted is None else [bool(x) for x in deleted.tolist()]
     values = [dumps({**rec, DELETED: True} if gone else rec)
               for rec, gone in zip(records, flags, strict=True)]  # fmt: skip
-    # each row's entry: its key's prefix, time and content sequence (``content_seq``, from
-    # the bytes stored), the keys' suffixes packed at once
+    # each row's entry: its key's prefix, time and content sequence (of the bytes stored),
+    # the keys' suffixes packed at once
     prefixes = key_prefixes([tuple(rec[k] for k in keys) for rec in records])
-    stamps = utc(rows[ds.timestamp]).array.asi8 // 1000  # type: ignore[attr-defined]
-    seqs = np.array([zlib.crc32(v) for v in values], dtype=np.uint64)
+    stamps = micros_array(rows[ds.timestamp])
+    seqs = np.fromiter(map(seq_of, values), dtype=np.uint64, count=len(values))
     batch.space(namespace(ds.name)).update(
         zip(entries(prefixes, stamps, seqs), values, strict=True)
     )

@@ -172,4 +172,9 @@ def loads(data: bytes) -> dict[str, Any]:
 
 def content_seq(record: dict[str, Any]) -> int:
     """A deterministic tie-breaker for several rows of one key at one instant."""
-    return zlib.crc32(dumps(record))
+    return seq_of(dumps(record))
+
+
+def seq_of(encoded: bytes) -> int:
+    """``content_seq`` of a row already encoded by ``dumps``."""
+    return zlib.crc32(encoded)

@@ -123,10 +123,9 @@ class _Reads:
         return decode_tiles(self.lay, np.repeat(np.arange(len(counts)), counts), items)
 
 
-def _where_held(may: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The one-tile bounds ``[idx, idx + 1)`` where ``may`` holds, empty elsewhere."""
-    none = np.zeros(len(idx), np.int64)
-    return np.where(may, idx, none), np.where(may, idx + 1, none)
+def _only(where: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds ``[lo, hi)`` where ``where`` holds, empty (``[0, 0)``) elsewhere."""
+    return np.where(where, lo, 0), np.where(where, hi, 0)
 
 
 def _compute(
@@ -163,7 +162,6 @@ def _compute(
         span = np.maximum.reduceat(hi, starts) - np.minimum.reduceat(hi, starts)
     reads = _Reads(lay, reader, ns, qk, prefixes, span)
 
-    none = np.zeros(n, np.int64)
     levels: dict[int, Table] = {}
     # Each window's left end lies in one tile of its top level. When every window has the
     # same top, that level is read first, with those tiles: where one is not held (a key
@@ -181,12 +179,10 @@ def _compute(
     # tile out; one at its instant holds a sequence) only where its key holds such an event.
     held_newest = newest_held(reader, ns, prefixes) if new is not None else None
     after = np.ones(n, dtype=bool) if held_newest is None else held_newest[qk] >= hi
-    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [
-        (np.where(after, hi, none), np.where(after, until, none))
-    ]
+    raw_bounds: list[tuple[np.ndarray, np.ndarray]] = [_only(after, hi, until)]
     raw_bounds += [(lo, hi + 1) for lo in raw_lows]
     for w, p in plans.items():
-        raw_bounds.append((np.where(left[w], p.la, none), np.where(left[w], p.lb, none)))
+        raw_bounds.append(_only(left[w], p.la, p.lb))
         if not tops:
             raw_bounds.append((p.ra, p.rb))
     events = reads.raw(slice(None), raw_bounds)
@@ -196,17 +192,16 @@ def _compute(
         events = events.merged(more).unique()
     # the tile each query records into, where its key may hold it: an event there at least
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
-        s: [] if held_newest is None else [_where_held(held_newest[qk] >= hi // s * s, hi // s)]
+        s: []
+        if held_newest is None
+        else [_only(held_newest[qk] >= hi // s * s, hi // s, hi // s + 1)]
         for s in lay.sizes
         if s != top
     }
     for w, p in plans.items():
         for size, l0, l1, r0, r1 in p.tiles:
             if size != top:
-                tile_bounds[size] += [
-                    (np.where(left[w], l0, none), np.where(left[w], l1, none)),
-                    (np.where(is_late, r0, none), np.where(is_late, r1, none)),
-                ]
+                tile_bounds[size] += [_only(left[w], l0, l1), _only(is_late, r0, r1)]
     for size, bs in tile_bounds.items():
         if bs:
             levels[size] = reads.tiles(size, bs)
