@@ -1,50 +1,82 @@
-"""Hangar snapshots: RocksDB checkpoints as tar objects in S3 (or a local directory).
+"""Hangar snapshots in S3 (or a local directory), incremental as Flink's and RocksDB's own
+backup engine are: a snapshot uploads only the SST files the store does not hold yet.
 
-Object keys sort by the replaylog marker the snapshot reflects, so "newest" is the last key
-under a partition's prefix. An upload is one PUT (multipart for big ones), so a crash during
-upload leaves no partial snapshot visible; older snapshots beyond ``keep`` are deleted only
-after a newer one is stored.
+Layout under a partition's prefix:
+
+- ``{marker+1:020d}-{id}.snap``: one snapshot. A tar of the checkpoint's small files
+  (``CURRENT``, ``MANIFEST``, ``OPTIONS``, logs) and ``files.json``, which names the stored
+  object of each SST file. Keys sort by the replaylog marker the snapshot reflects, so
+  "newest" is the last one. A ``.tar`` of the same stem is a full snapshot (the earlier
+  format), still restored.
+- ``sst/{session}-{name}``: an SST (or blob) file, immutable, shared by the snapshots that
+  name it. ``session`` is unique to the store object that uploaded it: RocksDB may give a
+  number again after a crash, or another runner's state may hold a different file of the same
+  name, so a file's name alone never identifies stored bytes. Within a session it does: a
+  live database never reuses a number, and the files a restore unpacked are the ones its
+  snapshot names.
+
+A snapshot becomes visible with its ``.snap`` object, written after all its files, so a crash
+during an upload leaves only unreferenced files behind. ``prune`` deletes snapshots beyond
+``keep`` and then the files no kept snapshot names, once older than ``ORPHAN_GRACE_S``: a
+younger one may belong to an upload still in flight (a fenced runner's, say).
 
 A snapshot racing a delete of its job never outlives it: the bank deletes the prefix's
-marker first and the objects after, and an upload checks the marker after its PUT — gone or
-re-created (another incarnation), the upload withdraws its object (``PrefixReleased``).
+marker first and the objects after, and an upload checks the marker after its last PUT —
+gone or re-created (another incarnation), the upload withdraws what it wrote
+(``PrefixReleased``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tarfile
 import tempfile
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from botocore.exceptions import ClientError
-
 from fennel_dagster.engine.faults import maybe_crash
+from fennel_dagster.engine.object_store import ObjectStore, object_store
 from fennel_dagster.errors import FennelError
-from fennel_dagster.s3 import s3_client
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
+
+log = logging.getLogger("fennel_dagster.engine.snapshots")
+
+FORMAT = 1  # of files.json
+SHARED_SUFFIXES = (".sst", ".blob")  # immutable once written: stored once, shared
+ORPHAN_GRACE_S = 900.0  # an unreferenced file younger than this may be an upload in flight
+SNAPSHOT_SUFFIXES = (".snap", ".tar")
 
 
 class PrefixReleased(FennelError):
     """The job's snapshot prefix was destroyed (or re-created) while a snapshot was uploaded."""
 
 
+class SnapshotUnreadable(FennelError):
+    """No stored snapshot of a job partition could be restored (files missing or damaged)."""
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    key: str  # relative to the partition's prefix
+    size: int
+
+
+Files = dict[str, StoredFile]  # file name in the checkpoint -> its stored object
+
+
 class SnapshotStore:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.bucket = settings.s3_bucket
-        self._client = None
+        self.objects: ObjectStore = object_store(settings)
+        self.session = uuid.uuid4().hex[:12]
         self._born: dict[str, str] = {}  # job -> the incarnation first seen by this store
-        self.local: Path | None = settings.local_object_dir if settings.s3_embedded else None
-
-    @property
-    def client(self):  # type: ignore[no-untyped-def]
-        if self._client is None:
-            self._client = s3_client(self.settings)
-        return self._client
+        self._held: dict[tuple[str, int], Files] = {}  # what the newest snapshot names
+        self._named: dict[str, frozenset[str]] = {}  # snapshot key -> file keys it names
 
     def prefix(self, job: str, partition: int) -> str:
         """Under the prefix the bank created for the job (``plan.snapshot_prefix``)."""
@@ -58,91 +90,176 @@ class SnapshotStore:
 
     def _read_incarnation(self, job: str) -> str:
         key = f"{self.settings.namespace}/{plan.snapshot_prefix(job)}.fennel-asset"
-        try:
-            if self.local is not None:
-                body = (self.local / self.bucket / key).read_bytes()
-            else:
-                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except FileNotFoundError:
+        body = self.objects.get_bytes(key)
+        if body is None:
             return ""
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                return ""
-            raise
         try:
             return str(json.loads(body).get("incarnation", ""))
         except ValueError:
             return ""
 
     def keys(self, job: str, partition: int) -> list[str]:
-        prefix = self.prefix(job, partition)
-        if self.local is not None:
-            base = self.local / self.bucket / prefix
-            return sorted(prefix + p.name for p in base.glob("*.tar")) if base.exists() else []
-        keys: list[str] = []
-        token: dict[str, str] = {}
-        while True:
-            page = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, **token)
-            keys += [o["Key"] for o in page.get("Contents", [])]
-            if not page.get("IsTruncated"):
-                return sorted(keys)
-            token = {"ContinuationToken": page["NextContinuationToken"]}
+        """The partition's snapshots, oldest first."""
+        found = self.objects.list(self.prefix(job, partition))
+        return sorted(o.key for o in found if o.key.endswith(SNAPSHOT_SUFFIXES))
+
+    # ------------------------------------------------------------------ upload
 
     def upload(self, job: str, partition: int, marker: int | None, checkpoint: Path) -> str:
-        key = f"{self.prefix(job, partition)}{(marker if marker is not None else -1) + 1:020d}-{uuid.uuid4().hex[:8]}.tar"
+        prefix = self.prefix(job, partition)
+        stem = f"{(marker if marker is not None else -1) + 1:020d}-{uuid.uuid4().hex[:8]}"
+        key = f"{prefix}{stem}.snap"
         born = self._born[job] if job in self._born else self.incarnation(job)
-        with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
-            archive = Path(tmp) / "snapshot.tar"
-            with tarfile.open(archive, "w") as tar:
-                tar.add(checkpoint, arcname="state")
+        held = self._held.get((job, partition), {})
+        files: Files = {}
+        written: list[str] = []
+        try:
+            for path in sorted(checkpoint.iterdir()):
+                if not path.name.endswith(SHARED_SUFFIXES):
+                    continue
+                size = path.stat().st_size
+                known = held.get(path.name)
+                if known is not None and known.size == size:
+                    files[path.name] = known
+                    continue
+                stored = StoredFile(f"sst/{self.session}-{path.name}", size)
+                self.objects.put_file(prefix + stored.key, path)
+                written.append(prefix + stored.key)
+                files[path.name] = stored
             maybe_crash("during_snapshot")
-            if self.local is not None:
-                dest = self.local / self.bucket / key
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                part = dest.with_suffix(".part")
-                shutil.copyfile(archive, part)
-                part.rename(dest)
-            else:
-                self.client.upload_file(str(archive), self.bucket, key)
+            with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
+                archive = Path(tmp) / "snapshot.tar"
+                _pack(checkpoint, files, archive)
+                self.objects.put_file(key, archive)
+            written.append(key)
+        except BaseException:
+            self._held.pop((job, partition), None)  # a failed PUT may have stored anyway
+            raise
         if born and self._read_incarnation(job) != born:  # released (or re-created) meanwhile
-            self._delete(key)
+            self.objects.delete(written)
+            self._held.pop((job, partition), None)
             raise PrefixReleased(
                 f"the snapshot prefix of job {job} was released during an upload; withdrew {key}"
             )
+        self._held[(job, partition)] = files
+        self._named[key] = frozenset(f.key for f in files.values())
         return key
 
-    def _delete(self, key: str) -> None:
-        if self.local is not None:
-            (self.local / self.bucket / key).unlink(missing_ok=True)
-        else:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+    # ----------------------------------------------------------------- restore
 
     def restore_latest(self, job: str, partition: int, dest: Path) -> str | None:
-        """Unpack the newest snapshot into ``dest`` (replaced); None if there is none."""
+        """Unpack the newest readable snapshot into ``dest`` (replaced); None if there is
+        none. A snapshot whose files are missing (deleted by hand, or by a runner that
+        thought them orphans) gives way to the one before it, logged: recovery then replays
+        more of the replaylog."""
         keys = self.keys(job, partition)
-        if not keys:
-            return None
-        key = keys[-1]
+        failures: list[str] = []
+        for key in reversed(keys):
+            try:
+                self._restore(job, partition, key, dest)
+                return key
+            except (FileNotFoundError, _Damaged) as e:
+                log.warning("%s p%d: snapshot %s is unreadable (%s); trying the one before",
+                            job, partition, key, e)  # fmt: skip
+                failures.append(f"{key}: {e}")
+        if failures:
+            raise SnapshotUnreadable(
+                f"job {job} p{partition}: none of its {len(keys)} snapshots could be restored "
+                f"({'; '.join(failures)}); delete them to rebuild the state from the replaylog"
+            )
+        return None
+
+    def _restore(self, job: str, partition: int, key: str, dest: Path) -> None:
+        prefix = self.prefix(job, partition)
         with tempfile.TemporaryDirectory(prefix="fd-restore-") as tmp:
             archive = Path(tmp) / "snapshot.tar"
-            if self.local is not None:
-                shutil.copyfile(self.local / self.bucket / key, archive)
-            else:
-                self.client.download_file(self.bucket, key, str(archive))
+            self.objects.get_file(key, archive)
             unpacked = Path(tmp) / "out"
             with tarfile.open(archive) as tar:
                 tar.extractall(unpacked, filter="data")
+            state = unpacked / "state"
+            files = _files(unpacked / "files.json")
+            for name, stored in files.items():
+                target = state / name
+                self.objects.get_file(prefix + stored.key, target)
+                if target.stat().st_size != stored.size:
+                    raise _Damaged(f"{stored.key} has {target.stat().st_size} bytes, not "
+                                   f"{stored.size}")  # fmt: skip
             if dest.exists():
                 shutil.rmtree(dest)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(unpacked / "state"), dest)
-        return key
+            shutil.move(str(state), dest)
+        self._held[(job, partition)] = files
+        self._named[key] = frozenset(f.key for f in files.values())
+
+    # ------------------------------------------------------------------- prune
 
     def prune(self, job: str, partition: int, keep: int) -> int:
-        old = self.keys(job, partition)[:-keep] if keep > 0 else []
+        """Delete snapshots beyond the newest ``keep`` (all kept if ``keep`` <= 0), then the
+        files none of the rest name (see ``ORPHAN_GRACE_S``). Returns how many snapshots went."""
+        prefix = self.prefix(job, partition)
+        keys = self.keys(job, partition)
+        old = keys[:-keep] if keep > 0 else []
+        kept = keys[len(old) :]
+        self.objects.delete(old)
         for key in old:
-            if self.local is not None:
-                (self.local / self.bucket / key).unlink(missing_ok=True)
-            else:
-                self.client.delete_object(Bucket=self.bucket, Key=key)
+            self._named.pop(key, None)
+        named: set[str] = set()
+        for key in kept:
+            named |= self._names(prefix, key)
+        stale = time.time() - ORPHAN_GRACE_S
+        orphans = [
+            o.key
+            for o in self.objects.list(prefix + "sst/")
+            if o.key[len(prefix) :] not in named and o.modified < stale
+        ]
+        self.objects.delete(orphans)
         return len(old)
+
+    def _names(self, prefix: str, key: str) -> frozenset[str]:
+        if key not in self._named:
+            names: frozenset[str] = frozenset()
+            if key.endswith(".snap"):
+                with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
+                    archive = Path(tmp) / "snapshot.tar"
+                    try:
+                        self.objects.get_file(key, archive)
+                    except FileNotFoundError:
+                        return frozenset()  # pruned meanwhile by another runner
+                    with tarfile.open(archive) as tar:
+                        member = tar.extractfile("files.json")
+                        assert member is not None
+                        names = frozenset(f.key for f in _parse(member.read()).values())
+            self._named[key] = names
+        return self._named[key]
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _pack(checkpoint: Path, files: Files, archive: Path) -> None:
+    manifest = {
+        "format": FORMAT,
+        "files": {n: {"key": f.key, "size": f.size} for n, f in sorted(files.items())},
+    }
+    listing = archive.with_name("files.json")
+    listing.write_text(json.dumps(manifest))
+    with tarfile.open(archive, "w") as tar:
+        tar.add(listing, arcname="files.json")
+        tar.add(checkpoint, arcname="state", recursive=False)
+        for path in sorted(checkpoint.iterdir()):
+            if path.name not in files:
+                tar.add(path, arcname=f"state/{path.name}")
+
+
+def _files(listing: Path) -> Files:
+    """The shared files a snapshot names; none for a full (``.tar``) snapshot."""
+    return _parse(listing.read_bytes()) if listing.exists() else {}
+
+
+def _parse(raw: bytes) -> Files:
+    manifest = json.loads(raw)
+    if manifest.get("format") != FORMAT:
+        raise _Damaged(f"files.json of format {manifest.get('format')!r}, not {FORMAT}")
+    return {n: StoredFile(str(f["key"]), int(f["size"])) for n, f in manifest["files"].items()}
