@@ -30,6 +30,8 @@ class RunnerMetrics:
     errors: Counter
     batch_seconds: Histogram
     lag: Gauge
+    snapshot_bytes: Counter
+    snapshot_seconds: Histogram
 
 
 _made: RunnerMetrics | None = None
@@ -57,6 +59,12 @@ def runner_metrics() -> RunnerMetrics:
                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
                 Gauge("fennel_engine_lag_messages", "Input messages not yet consumed", labels,
                       multiprocess_mode="livesum"),
+                Counter("fennel_engine_snapshot_bytes",
+                        "Bytes snapshots uploaded (files not stored before, and manifests)",
+                        labels),
+                Histogram("fennel_engine_snapshot_seconds",
+                          "One snapshot's upload and prune, in its background thread", ["job"],
+                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
             )  # fmt: skip
         return _made
 

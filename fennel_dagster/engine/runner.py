@@ -46,7 +46,7 @@ from fennel_dagster.engine.offline_writer import OfflineWriter
 from fennel_dagster.engine.recovery import Recovery, open_state
 from fennel_dagster.engine.restarts import RestartWatch, transient
 from fennel_dagster.engine.rocks_tuning import RocksTuning
-from fennel_dagster.engine.snapshots import SnapshotStore
+from fennel_dagster.engine.snapshots import SnapshotStore, Uploaded
 from fennel_dagster.engine.snapshotting import Snapshotter
 from fennel_dagster.metadata import registry, stream_stats
 from fennel_dagster.metadata.db import connect
@@ -268,8 +268,12 @@ class Runner:
                                  lambda m, e: poison_record(name, ds, m, e),
                                  f"{name} (of {ds}) partition {self.partition}")  # fmt: skip
 
-    def _count_snapshot(self) -> None:
+    def _count_snapshot(self, uploaded: Uploaded, seconds: float) -> None:
         self.stats.snapshots += 1
+        self.metrics.snapshot_bytes.labels(self.job.name, str(self.partition)).inc(
+            uploaded.stored_bytes
+        )
+        self.metrics.snapshot_seconds.labels(self.job.name).observe(seconds)
 
 
 # the longest a loop may go without beating (one batch) before its thread stops beating for

@@ -130,8 +130,8 @@ def seed_partition(
             maybe_crash("before_seed_snapshot")
             checkpoint = hangar.checkpoint(Path(tmp) / "checkpoint")
             marker = markers[-1] if markers else None
-            result.snapshot = SnapshotStore(settings).upload(
-                job.name, partition, marker, checkpoint
+            result.snapshot = (
+                SnapshotStore(settings).upload(job.name, partition, marker, checkpoint).key
             )
         finally:
             hangar.close()

@@ -69,6 +69,16 @@ class StoredFile:
 Files = dict[str, StoredFile]  # file name in the checkpoint -> its stored object
 
 
+@dataclass(frozen=True)
+class Uploaded:
+    """One snapshot stored: its key, and what it cost (the files it stored and reused)."""
+
+    key: str
+    stored_files: int
+    stored_bytes: int
+    reused_files: int
+
+
 class SnapshotStore:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -105,7 +115,7 @@ class SnapshotStore:
 
     # ------------------------------------------------------------------ upload
 
-    def upload(self, job: str, partition: int, marker: int | None, checkpoint: Path) -> str:
+    def upload(self, job: str, partition: int, marker: int | None, checkpoint: Path) -> Uploaded:
         prefix = self.prefix(job, partition)
         stem = f"{(marker if marker is not None else -1) + 1:020d}-{uuid.uuid4().hex[:8]}"
         key = f"{prefix}{stem}.snap"
@@ -113,6 +123,7 @@ class SnapshotStore:
         held = self._held.get((job, partition), {})
         files: Files = {}
         written: list[str] = []
+        stored_bytes = 0
         try:
             for path in sorted(checkpoint.iterdir()):
                 if not path.name.endswith(SHARED_SUFFIXES):
@@ -125,12 +136,14 @@ class SnapshotStore:
                 stored = StoredFile(f"sst/{self.session}-{path.name}", size)
                 self.objects.put_file(prefix + stored.key, path)
                 written.append(prefix + stored.key)
+                stored_bytes += size
                 files[path.name] = stored
             maybe_crash("during_snapshot")
             with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
                 archive = Path(tmp) / "snapshot.tar"
                 _pack(checkpoint, files, archive)
                 self.objects.put_file(key, archive)
+                stored_bytes += archive.stat().st_size
             written.append(key)
         except BaseException:
             self._held.pop((job, partition), None)  # a failed PUT may have stored anyway
@@ -143,7 +156,7 @@ class SnapshotStore:
             )
         self._held[(job, partition)] = files
         self._named[key] = frozenset(f.key for f in files.values())
-        return key
+        return Uploaded(key, len(written), stored_bytes, len(files) + 1 - len(written))
 
     # ----------------------------------------------------------------- restore
 

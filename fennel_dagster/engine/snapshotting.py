@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.snapshots import PrefixReleased, SnapshotStore
+from fennel_dagster.engine.snapshots import PrefixReleased, SnapshotStore, Uploaded
 
 log = logging.getLogger("fennel_dagster.engine.snapshotting")
 
@@ -36,7 +36,7 @@ class Snapshotter:
         path: Path,
         interval_s: float,
         keep: int,
-        on_uploaded: Callable[[], None] = lambda: None,
+        on_uploaded: Callable[[Uploaded, float], None] = lambda uploaded, seconds: None,
     ) -> None:
         self.store = store
         self.job = job
@@ -100,9 +100,10 @@ class Snapshotter:
 
         def upload() -> None:
             try:
-                self.store.upload(self.job, self.partition, marker, ck)
+                started = time.monotonic()
+                uploaded = self.store.upload(self.job, self.partition, marker, ck)
                 self.store.prune(self.job, self.partition, self.keep)
-                self.on_uploaded()
+                self.on_uploaded(uploaded, time.monotonic() - started)
             except PrefixReleased as e:  # the job is being deleted: no snapshot to keep
                 log.info("%s p%d: %s", self.job, self.partition, e)
             except Exception:  # noqa: BLE001 - the next snapshot retries; state is safe locally

@@ -18,6 +18,7 @@ import pytest
 from fennel_dagster.engine import snapshots
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.snapshots import SnapshotStore, SnapshotUnreadable
+from fennel_dagster.engine.snapshotting import Snapshotter
 from fennel_dagster.ops.state import WriteBatch
 from fennel_dagster.settings import Settings
 
@@ -159,7 +160,7 @@ def test_a_snapshot_with_a_missing_file_gives_way_to_the_one_before(
     store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path))
     early = dict(state.expected)
     state.write(1_000, 1_000)
-    newest = store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path))
+    newest = store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path)).key
     state.hangar.close()
     files = json.loads(_manifest(store, newest))["files"].values()
     added = {store.prefix(JOB, 0) + f["key"] for f in files} - set(_named(store, 0))
@@ -211,3 +212,20 @@ def _bytes(store: SnapshotStore, key: str) -> io.BytesIO:
     raw = store.objects.get_bytes(key)
     assert raw is not None
     return io.BytesIO(raw)
+
+
+def test_a_runners_snapshotter_reports_what_each_snapshot_stored(tmp_path: Path) -> None:
+    """What the engine exports as ``fennel_engine_snapshot_bytes``: a small change after a
+    big state stores a small snapshot."""
+    where = Settings(home=tmp_path / "home", s3_embedded=True, namespace="t")
+    state, seen = State(tmp_path / "db"), []
+    snapshotter = Snapshotter(SnapshotStore(where), JOB, 0, tmp_path / "db", 3600.0, 3,
+                              on_uploaded=lambda uploaded, seconds: seen.append(uploaded))  # fmt: skip
+    state.write(0, 200_000)
+    snapshotter.now(state.hangar)
+    state.write(200_000, 10)
+    snapshotter.now(state.hangar)
+    state.hangar.close()
+    first, second = seen
+    assert first.reused_files == 0 and second.reused_files > 0
+    assert second.stored_bytes * 10 < first.stored_bytes, (first, second)
