@@ -124,30 +124,27 @@ class SnapshotStore:
         files: Files = {}
         written: list[str] = []
         stored_bytes = 0
-        try:
-            for path in sorted(checkpoint.iterdir()):
-                if not path.name.endswith(SHARED_SUFFIXES):
-                    continue
-                size = path.stat().st_size
-                known = held.get(path.name)
-                if known is not None and known.size == size:
-                    files[path.name] = known
-                    continue
-                stored = StoredFile(f"sst/{self.session}-{path.name}", size)
-                self.objects.put_file(prefix + stored.key, path)
-                written.append(prefix + stored.key)
-                stored_bytes += size
-                files[path.name] = stored
-            maybe_crash("during_snapshot")
-            with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
-                archive = Path(tmp) / "snapshot.tar"
-                _pack(checkpoint, files, archive)
-                self.objects.put_file(key, archive)
-                stored_bytes += archive.stat().st_size
-            written.append(key)
-        except BaseException:
-            self._held.pop((job, partition), None)  # a failed PUT may have stored anyway
-            raise
+        # a failed upload changes nothing held: the newest snapshot still names those files
+        for path in sorted(checkpoint.iterdir()):
+            if not path.name.endswith(SHARED_SUFFIXES):
+                continue
+            size = path.stat().st_size
+            known = held.get(path.name)
+            if known is not None and known.size == size:
+                files[path.name] = known
+                continue
+            stored = StoredFile(f"sst/{self.session}-{path.name}", size)
+            self.objects.put_file(prefix + stored.key, path)
+            written.append(prefix + stored.key)
+            stored_bytes += size
+            files[path.name] = stored
+        maybe_crash("during_snapshot")
+        with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
+            archive = Path(tmp) / "snapshot.tar"
+            _pack(checkpoint, files, archive)
+            self.objects.put_file(key, archive)
+            stored_bytes += archive.stat().st_size
+        written.append(key)
         if born and self._read_incarnation(job) != born:  # released (or re-created) meanwhile
             self.objects.delete(written)
             self._held.pop((job, partition), None)

@@ -229,3 +229,27 @@ def test_a_runners_snapshotter_reports_what_each_snapshot_stored(tmp_path: Path)
     first, second = seen
     assert first.reused_files == 0 and second.reused_files > 0
     assert second.stored_bytes * 10 < first.stored_bytes, (first, second)
+
+
+def test_a_failed_upload_does_not_make_the_next_one_store_everything(
+    where: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An S3 outage fails a snapshot; the one after it stores only what is new."""
+    state, store = State(tmp_path / "db"), SnapshotStore(where)
+    state.write(0, 5_000)
+    store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path))
+    state.write(5_000, 10)
+    put = store.objects.put_file
+
+    def refused(key: str, source: Path) -> None:
+        raise ConnectionError(f"S3 is down ({key})")
+
+    monkeypatch.setattr(store.objects, "put_file", refused)
+    with pytest.raises(ConnectionError):
+        store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path))
+    monkeypatch.setattr(store.objects, "put_file", put)
+    state.write(5_010, 10)
+    after = store.upload(JOB, 0, state.marker, state.checkpoint(tmp_path))
+    state.hangar.close()
+    assert after.reused_files > 0, after
+    assert _held_after_restore(where, tmp_path / "r") == state.expected
