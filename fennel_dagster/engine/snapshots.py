@@ -35,8 +35,11 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.object_store import ObjectStore, object_store
@@ -45,10 +48,12 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
 
 log = logging.getLogger("fennel_dagster.engine.snapshots")
+T = TypeVar("T")
 
 FORMAT = 1  # of files.json
 SHARED_SUFFIXES = (".sst", ".blob")  # immutable once written: stored once, shared
-ORPHAN_GRACE_S = 900.0  # an unreferenced file younger than this may be an upload in flight
+ORPHAN_GRACE_S = 900.0
+TRANSFERS = 4  # files uploaded or downloaded at once (each a few round trips of S3 latency)  # an unreferenced file younger than this may be an upload in flight
 SNAPSHOT_SUFFIXES = (".snap", ".tar")
 
 
@@ -124,7 +129,7 @@ class SnapshotStore:
         files: Files = {}
         written: list[str] = []
         stored_bytes = 0
-        # a failed upload changes nothing held: the newest snapshot still names those files
+        new: list[tuple[str, Path]] = []
         for path in sorted(checkpoint.iterdir()):
             if not path.name.endswith(SHARED_SUFFIXES):
                 continue
@@ -133,11 +138,12 @@ class SnapshotStore:
             if known is not None and known.size == size:
                 files[path.name] = known
                 continue
-            stored = StoredFile(f"sst/{self.session}-{path.name}", size)
-            self.objects.put_file(prefix + stored.key, path)
-            written.append(prefix + stored.key)
+            files[path.name] = StoredFile(f"sst/{self.session}-{path.name}", size)
+            new.append((prefix + files[path.name].key, path))
             stored_bytes += size
-            files[path.name] = stored
+        # a failed upload changes nothing held: the newest snapshot still names those files
+        _each(lambda kp: self.objects.put_file(*kp), new)
+        written += [k for k, _ in new]
         maybe_crash("during_snapshot")
         with tempfile.TemporaryDirectory(prefix="fd-snap-") as tmp:
             archive = Path(tmp) / "snapshot.tar"
@@ -189,12 +195,12 @@ class SnapshotStore:
                 tar.extractall(unpacked, filter="data")
             state = unpacked / "state"
             files = _files(unpacked / "files.json")
+            _each(lambda nf: self.objects.get_file(prefix + nf[1].key, state / nf[0]),
+                  list(files.items()))  # fmt: skip
             for name, stored in files.items():
-                target = state / name
-                self.objects.get_file(prefix + stored.key, target)
-                if target.stat().st_size != stored.size:
-                    raise _Damaged(f"{stored.key} has {target.stat().st_size} bytes, not "
-                                   f"{stored.size}")  # fmt: skip
+                if (state / name).stat().st_size != stored.size:
+                    raise _Damaged(f"{stored.key} has {(state / name).stat().st_size} bytes, "
+                                   f"not {stored.size}")  # fmt: skip
             if dest.exists():
                 shutil.rmtree(dest)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +252,17 @@ class SnapshotStore:
 
 class _Damaged(Exception):
     pass
+
+
+def _each(transfer: Callable[[T], None], items: list[T]) -> None:
+    """``transfer`` every item, ``TRANSFERS`` at a time; the first failure raises."""
+    if len(items) <= 1:
+        for item in items:
+            transfer(item)
+        return
+    with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="snapshot") as pool:
+        for done in [pool.submit(transfer, item) for item in items]:
+            done.result()
 
 
 def _pack(checkpoint: Path, files: Files, archive: Path) -> None:
