@@ -250,8 +250,8 @@ class SnapshotStore:
         return self._named[key]
 
 
-class _Damaged(Exception):
-    pass
+class _Damaged(FennelError):
+    """A snapshot's file is not what its manifest says (restore tries the one before)."""
 
 
 def _each(transfer: Callable[[T], None], items: list[T]) -> None:
