@@ -76,7 +76,9 @@ Files = dict[str, StoredFile]  # file name in the checkpoint -> its stored objec
 
 @dataclass(frozen=True)
 class Uploaded:
-    """One snapshot stored: its key, and what it cost (the files it stored and reused)."""
+    """One snapshot stored: its key, and what it cost. ``stored_*`` count every object it
+    wrote (its new SST files and its ``.snap``); ``reused_files`` the SST files it names that
+    an earlier snapshot stored (a ``.snap`` is never reused)."""
 
     key: str
     stored_files: int

@@ -1,7 +1,8 @@
 """When a runner snapshots its hangar: every ``engine_snapshot_interval_s`` while it has
 new writes, on request, and on a graceful stop. The RocksDB checkpoint is taken in the
-runner's thread (consistent with the applied offsets); the tar + upload + retention prune
-run in a background thread, one at a time, so the loop never waits on S3.
+runner's thread (consistent with the applied offsets); the upload (its new SST files, then
+its ``.snap``: ``snapshots``) and the retention prune run in a background thread, one at a
+time, so the loop never waits on S3.
 
 A checkpoint flushes every memtable first, in the caller's thread and holding the GIL: with
 a live load's memtables that stalled the loop for about 0.4 s each interval (the periodic
