@@ -50,7 +50,7 @@ from fennel_dagster.ops.aggregate.stats import (
     pair_codes,
     sorted_table,
 )
-from fennel_dagster.ops.aggregate.values import aggregate_values, finish
+from fennel_dagster.ops.aggregate.values import Values, aggregate_values, finish
 from fennel_dagster.ops.columns import utc
 from fennel_dagster.ops.keys import entries, key_prefixes
 from fennel_dagster.ops.rows import dumps
@@ -136,7 +136,7 @@ def _compute(
     hi_us: np.ndarray,
     new: NewEvents | None = None,
     wb: WriteBatch | None = None,
-) -> dict[str, list[Any]]:
+) -> dict[str, Values]:
     """Every aggregation at each (key, time) query; with ``new`` (one record per query, the
     batch's events), records them first. Per key a few range scans; then everything (binary
     decoding, tile updates, window values) at once with numpy over the batch."""
@@ -220,7 +220,7 @@ def _compute(
             fresh_table = fresh.table()
             _fold_tiles(lay, ns + REWRITTEN_SUFFIX, prefixes, fresh_table, levels, wb)
 
-    out: dict[str, list[Any]] = {}
+    out: dict[str, Values] = {}
     if lay.tiled:
         read = events.table()
         tables: dict[int | None, Table] = {
@@ -238,7 +238,10 @@ def _compute(
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)
     picks = back.tolist()
-    return {into: [col[i] for i in picks] for into, col in out.items()}
+    return {
+        into: col[back] if isinstance(col, np.ndarray) else [col[i] for i in picks]
+        for into, col in out.items()
+    }
 
 
 def _raw_values(
@@ -368,7 +371,7 @@ def _tiled_values(
     hi: np.ndarray,
     tables: dict[int | None, Table],
     edges: Edges | None = None,
-) -> dict[str, list[Any]]:
+) -> dict[str, Values]:
     every: dict[int | None | tuple[str, int], Table] = dict(tables.items())
     if edges is not None:
         every.update({("edge", t): table for t, table in edges.tables.items()})
@@ -392,7 +395,7 @@ def _tiled_values(
         scales[col] = scale
     raw = srcs[None]
 
-    out: dict[str, list[Any]] = {}
+    out: dict[str, Values] = {}
     for w, p in plans.items():
         # queries with an edge tile take their right end from it alone (the rest emptied)
         use = np.zeros(len(qk), dtype=bool) if edges is None else edges.use
@@ -450,7 +453,8 @@ def values_at(
 ) -> dict[str, list[Any]]:
     """Each continuous aggregation of ``node`` for each (key, time) query."""
     lay = layout_of(node, reader, ns)
-    return _compute(lay, reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
+    out = _compute(lay, reader, ns, keys, np.asarray(stamps_us, dtype=np.int64))
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in out.items()}
 
 
 # In the tiles namespace, before every key's tiles (a key prefix starts with "["): which tile
@@ -502,6 +506,9 @@ def run_continuous(
     out_vals = _compute(lay, reader, ns, keys, us, NewEvents.of(df, cols), wb)
     out = df[list(node.keys)].reset_index(drop=True).copy()
     for a in node.aggs:
-        out[a.into] = pd.Series(out_vals[a.into], dtype=object)
+        vals = out_vals[a.into]
+        out[a.into] = (
+            pd.Series(vals) if isinstance(vals, np.ndarray) else pd.Series(vals, dtype=object)
+        )
     out[ts_col] = stamps
     return out

@@ -13,6 +13,9 @@ import numpy as np
 from fennel_dagster.ops import tiles
 from fennel_dagster.wire import spec
 
+# one aggregation's values over a batch of queries: Python values, or a typed array of them
+Values = list[Any] | np.ndarray
+
 
 def aggregate_values(
     agg: spec.AggSpec, values: Sequence[Any], stamps: Sequence[int], at: int | None = None
@@ -82,13 +85,19 @@ def exp_decay_sum(
     )
 
 
-def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> list[Any]:
-    """The aggregation's values from its window's totals (see ``tiles`` for exactness)."""
+def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> Values:
+    """The aggregation's values from its window's totals (see ``tiles`` for exactness): a
+    typed array where every value is of one type (counts; sums all of ints or all of
+    floats), which equals the list of Python values element by element."""
     col = agg.of
     if agg.kind == "count":
         n = total(col, "c") if col and agg.dropnull else total(None, "")
-        return [int(x) for x in n]
+        return np.asarray(n).astype(np.int64)
     assert col is not None
+    if agg.kind == "sum":
+        typed = _typed_sum(total(col, "c"), total(col, "fc"), total(col, "s"), scale)
+        if typed is not None:
+            return typed
     c = total(col, "c").tolist()
     fc = total(col, "fc").tolist()
     if agg.kind in ("min", "max"):
@@ -114,6 +123,25 @@ def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> list[Any]
         num = k * y - x * x  # exact: var = num * 2**(2*scale) / k**2
         out.append(math.sqrt(max(_ratio(num, 2 * scale, k * k), 0.0)))
     return out
+
+
+_EXACT = 2**53  # an int64 of at most this magnitude is a float64 exactly
+
+
+def _typed_sum(c: np.ndarray, fc: np.ndarray, s: np.ndarray, scale: int) -> np.ndarray | None:
+    """``finish``'s sums as one array, when each is of one type: all of ints (scale 0), or
+    all of floats over at least one value each, whose exact totals ``s * 2**scale`` a
+    float64 holds before the scaling (so ``ldexp`` rounds the exact value once, as
+    ``tiles.to_float`` does). None: the values go one by one."""
+    if s.dtype != np.int64 or not len(s):
+        return None
+    if scale == 0 and not fc.any():
+        return np.where(c > 0, s, 0)
+    if not ((c > 0) & (fc > 0)).all() or not ((s >= -_EXACT) & (s <= _EXACT)).all():
+        return None
+    with np.errstate(over="ignore"):  # an infinity sends the sums one by one (to raise)
+        out = np.ldexp(s.astype(np.float64), scale)
+    return out if np.isfinite(out).all() else None
 
 
 def _ratio(n: int, e: int, d: int) -> float:
