@@ -34,7 +34,7 @@ from fennel_dagster.engine.outage import Outage
 from fennel_dagster.engine.rocks_tuning import RocksTuning
 from fennel_dagster.engine.runner import run_forever, state_path
 from fennel_dagster.engine.statedir import drop_unowned
-from fennel_dagster.heap import freeze_startup_heap
+from fennel_dagster.heap import collect_less_often, freeze_startup_heap
 from fennel_dagster.metadata import registry, tokens
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
@@ -63,6 +63,7 @@ def _runner_main(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     freeze_startup_heap()
+    collect_less_often()
     jobs = [(JobRow.from_json(job_json), partition) for job_json, partition in members]
     if len(jobs) == 1:
         run_forever(settings, *jobs[0], owner, stop)
