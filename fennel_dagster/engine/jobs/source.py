@@ -127,7 +127,9 @@ class SourceJob:
             problems, docs, messages, self._ts_fields, self._ts_name, _iso_utc, self._error
         )
         it.late = sum(1 for _, stage, _ in problems if stage == "late")
-        if keep.any():
+        if keep.all():  # the common case: no copy of the frame
+            self._emit_frame(frame, messages, None, it)
+        elif keep.any():
             picked = np.flatnonzero(keep)
             self._emit_frame(frame.iloc[picked].reset_index(drop=True),
                              [messages[i] for i in picked.tolist()], None, it)  # fmt: skip
