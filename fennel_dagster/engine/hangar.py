@@ -59,8 +59,9 @@ class Hangar:
         return cls(path, secondary=scratch, tuning=tuning)
 
     def _options(self, namespace: str = "default") -> Options:
-        in_place = self.secondary is None and rewritten_in_place(namespace)
-        return self.tuning.family(self._cache, in_place)
+        follower = self.secondary is not None
+        in_place = not follower and rewritten_in_place(namespace)
+        return self.tuning.family(self._cache, in_place, follower)
 
     def _open(self) -> None:
         families = Rdict.list_cf(str(self.path)) if (self.path / "CURRENT").exists() else []

@@ -30,6 +30,11 @@ class RocksTuning:
     write_buffer_mb: int = 64
     compression: RocksCompression = "snappy"
     bloom_bits_per_key: int = 0  # 0: no filter (windows range-scan; lookups would use one)
+    # A follower builds a new version of each family at every catch-up, and RocksDB starts
+    # and joins this many threads to open the version's table files (its default: 16). That
+    # was a catch-up's whole cost on a small batch: 7 ms with a dozen families, not 0.13 ms
+    # (bench/follower_bench.py). A writer builds versions only at flushes and compactions.
+    follower_opening_threads: int = 1
 
     @classmethod
     def of(cls, settings: Settings) -> RocksTuning:
@@ -44,12 +49,15 @@ class RocksTuning:
         """The database's block cache, to share among its families' options."""
         return Cache(self.block_cache_mb * MB)
 
-    def family(self, cache: Cache, in_place: bool = False) -> Options:
+    def family(self, cache: Cache, in_place: bool = False, follower: bool = False) -> Options:
         """Options of one column family (``Options`` for the database's default family too);
         ``in_place``: a rewritten family (``ops.state.rewritten_in_place``) of a writer, whose
         memtable then keeps one version of an entry, not one per batch that wrote it. Readers
-        (a secondary) never set it: RocksDB's iterators do not lock an entry updated in place."""
+        (a secondary) never set it: RocksDB's iterators do not lock an entry updated in place.
+        ``follower``: the options of a secondary (a lookup endpoint's follower)."""
         opts = Options(raw_mode=True)
+        if follower:
+            opts.set_max_file_opening_threads(self.follower_opening_threads)
         # one thread writes a partition's state, a batch at a time: concurrent memtable
         # writes gain nothing there, and in-place updates require them off (a database option)
         opts.set_allow_concurrent_memtable_write(False)

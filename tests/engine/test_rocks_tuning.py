@@ -82,3 +82,23 @@ def test_a_hangar_opened_without_settings_gets_the_settings_defaults() -> None:
         compression=fields["engine_rocksdb_compression"].default,
         bloom_bits_per_key=fields["engine_rocksdb_bloom_bits_per_key"].default,
     )
+
+
+def test_a_follower_opens_table_files_on_one_thread_and_a_writer_on_rocksdbs_default(
+    tmp_path: Path,
+) -> None:
+    """A follower builds a new version at every catch-up, and RocksDB started and joined its
+    table-opening threads for each: the option must reach the follower's RocksDB (its LOG,
+    in its own directory), and only the follower's."""
+    path = tmp_path / "state"
+    tuning = RocksTuning(follower_opening_threads=1)
+    with Hangar(path, tuning=tuning) as primary:
+        _write(primary, ["a", "b"], 10)
+        with Hangar.open_secondary(path, tmp_path / "follower", tuning) as follower:
+            _write(primary, ["a"], 20)
+            follower.catch_up()
+            assert follower.get("a", b"k000019") == b"v" * 100
+            logs = "".join(p.read_text() for p in (tmp_path / "follower").glob("LOG*"))
+    opening = r"^.*Options\.max_file_opening_threads: (\d+)$"
+    assert set(re.findall(opening, logs, re.M)) == {"1"}
+    assert set(re.findall(opening, (path / "LOG").read_text(), re.M)) == {"16"}
