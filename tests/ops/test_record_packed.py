@@ -1,6 +1,8 @@
 """A batch's key prefixes, event keys, tile keys and sequences computed at once
 (``key_prefixes``, ``entries``, ``tile_keys``, ``free_seqs``) equal what ``key_prefix``,
-``entry``, ``tile_key`` and ``first_free`` give one by one, collisions included."""
+``entry``, ``tile_key`` and ``first_free`` give one by one, collisions included; prefixes
+of one length (packed beside their rows by numpy) and of several alike, NUL bytes at either
+end included."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from fennel_dagster.ops.aggregate.codec import tile_key, tile_keys
 from fennel_dagster.ops.aggregate.events import first_free, free_seqs
-from fennel_dagster.ops.keys import entries, entry, key_prefix, key_prefixes
+from fennel_dagster.ops.keys import entries, entry, key_prefix, key_prefixes, prefixed, records
 
 TIMES = st.integers(-(2**62), 2**62) | st.sampled_from([-1, 0, 1, 2**62, -(2**62)])
 
@@ -32,6 +34,35 @@ def test_entries_equal_entry_one_by_one(rows: list[tuple[bytes, int, int]]) -> N
     ts = np.array([t for _, t, _ in rows], dtype=np.int64)
     seqs = np.array([s for _, _, s in rows], dtype=np.uint64)
     assert entries(prefixes, ts, seqs) == [entry(p, t, s) for p, t, s in rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda w: st.lists(
+    st.tuples(st.binary(min_size=w, max_size=w), TIMES, st.integers(0, 2**64 - 1)), max_size=30)))  # fmt: skip
+def test_entries_of_prefixes_of_one_length_equal_entry_one_by_one(
+    rows: list[tuple[bytes, int, int]],
+) -> None:
+    prefixes = [p for p, _, _ in rows]
+    ts = np.array([t for _, t, _ in rows], dtype=np.int64)
+    seqs = np.array([s for _, _, s in rows], dtype=np.uint64)
+    assert entries(prefixes, ts, seqs) == [entry(p, t, s) for p, t, s in rows]
+
+
+@given(st.lists(st.binary(max_size=3), max_size=20), st.data())
+def test_prefixed_rows_are_each_prefix_then_its_records_bytes(
+    prefixes: list[bytes], data: st.DataObject
+) -> None:
+    rows = np.zeros(len(prefixes), dtype=[("a", "u1"), ("b", "<i8")])
+    rows["a"] = data.draw(st.lists(st.integers(0, 255), min_size=len(prefixes),
+                                   max_size=len(prefixes)))  # fmt: skip
+    rows["b"] = data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(prefixes),
+                                   max_size=len(prefixes)))  # fmt: skip
+    one_by_one = [rows[i : i + 1].tobytes() for i in range(len(prefixes))]
+    assert records(rows) == one_by_one
+    assert records(rows[::2]) == one_by_one[::2]  # not contiguous
+    assert prefixed(prefixes, rows) == [p + r for p, r in zip(prefixes, one_by_one, strict=True)]
+    same = [(p + b"\0\0\0")[:3] for p in prefixes]  # one length, NULs at the end
+    assert prefixed(same, rows) == [p + r for p, r in zip(same, one_by_one, strict=True)]
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,7 +15,7 @@ import pandas as pd
 from fennel_dagster.ops.aggregate.codec import bits_of, event_cols, packed, raw_dtype, tag_of
 from fennel_dagster.ops.aggregate.layout import Layout, of_columns
 from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
-from fennel_dagster.ops.keys import entry_key, key_prefix, micros, split_entry
+from fennel_dagster.ops.keys import entry_key, key_prefix, micros, prefixed, split_entry
 from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -45,8 +45,8 @@ def event_seq(rec: dict[str, Any], key: Sequence[Any]) -> int:
 def event_seqs(prefixes: Sequence[bytes], content: np.ndarray) -> list[int]:
     """``event_seq`` of a batch's events: the key prefix of each and its fields packed by
     ``content_dtype`` (rows holding other values are left to ``event_seq``)."""
-    buf, w, crc = content.tobytes(), content.dtype.itemsize, zlib.crc32
-    return [crc(p + buf[i * w : (i + 1) * w]) for i, p in enumerate(prefixes)]
+    crc = zlib.crc32
+    return [crc(r) for r in prefixed(prefixes, content)]
 
 
 _TAGGED = struct.Struct("<Bq")
