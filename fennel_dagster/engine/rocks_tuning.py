@@ -32,8 +32,9 @@ class RocksTuning:
     bloom_bits_per_key: int = 0  # 0: no filter (windows range-scan; lookups would use one)
     # A follower builds a new version of each family at every catch-up, and RocksDB starts
     # and joins this many threads to open the version's table files (its default: 16). That
-    # was a catch-up's whole cost on a small batch: 7 ms with a dozen families, not 0.13 ms
-    # (bench/follower_bench.py). A writer builds versions only at flushes and compactions.
+    # was most of a catch-up's cost after a small batch: 8.9 ms CPU with a dozen families, not
+    # 0.18 ms (bench/results/follower.md). A writer builds versions only at flushes and
+    # compactions.
     follower_opening_threads: int = 1
 
     @classmethod

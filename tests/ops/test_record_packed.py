@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fennel_dagster.ops.aggregate.codec import tile_key, tile_keys
 from fennel_dagster.ops.aggregate.events import first_free, free_seqs
-from fennel_dagster.ops.keys import entries, entry, key_prefix, key_prefixes, prefixed, records
+from fennel_dagster.ops.keys import entries, entry, key_prefix, key_prefixes, prefixed, row_bytes
 
 TIMES = st.integers(-(2**62), 2**62) | st.sampled_from([-1, 0, 1, 2**62, -(2**62)])
 
@@ -58,8 +58,8 @@ def test_prefixed_rows_are_each_prefix_then_its_records_bytes(
     rows["b"] = data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(prefixes),
                                    max_size=len(prefixes)))  # fmt: skip
     one_by_one = [rows[i : i + 1].tobytes() for i in range(len(prefixes))]
-    assert records(rows) == one_by_one
-    assert records(rows[::2]) == one_by_one[::2]  # not contiguous
+    assert row_bytes(rows) == one_by_one
+    assert row_bytes(rows[::2]) == one_by_one[::2]  # not contiguous
     assert prefixed(prefixes, rows) == [p + r for p, r in zip(prefixes, one_by_one, strict=True)]
     same = [(p + b"\0\0\0")[:3] for p in prefixes]  # one length, NULs at the end
     assert prefixed(same, rows) == [p + r for p, r in zip(same, one_by_one, strict=True)]

@@ -52,7 +52,7 @@ from fennel_dagster.ops.aggregate.stats import (
 )
 from fennel_dagster.ops.aggregate.values import Values, aggregate_values, finish
 from fennel_dagster.ops.columns import utc
-from fennel_dagster.ops.keys import entries, key_prefixes, records
+from fennel_dagster.ops.keys import entries, key_prefixes, row_bytes
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -302,7 +302,7 @@ def _store_events(
     for i in json:
         base[i] = event_seq(json[i], by_id[kids[i]])
     arr["seq"] = free_seqs(qk, hi, base, held)
-    values = records(arr)
+    values = row_bytes(arr)
     for i, rec in json.items():
         values[i] = dumps(rec)
     keys = entries(row_prefixes, hi, arr["seq"])
@@ -345,7 +345,7 @@ def _fold_tiles(
         packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
         if packed is not None:
             keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
-            values = records(packed)
+            values = row_bytes(packed)
             put.update(zip(keys, values, strict=True))
             merged_tiles = tiles_table(both.kid[first], packed, names)
         else:  # sums past 61 bits or big ints: Python's ints
