@@ -170,6 +170,7 @@ class Runner:
                 self.snapshotter.now(hangar)
         finally:
             consumer.close()
+            self.snapshotter.settle()  # a background checkpoint reads the hangar
             hangar.close()
         return self.stats
 

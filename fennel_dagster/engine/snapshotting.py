@@ -1,14 +1,20 @@
 """When a runner snapshots its hangar: every ``engine_snapshot_interval_s`` while it has
-new writes, on request, and on a graceful stop. The RocksDB checkpoint is taken in the
-runner's thread (consistent with the applied offsets); the upload (its new SST files, then
-its ``.snap``: ``snapshots``) and the retention prune run in a background thread, one at a
-time, so the loop never waits on S3.
+new writes, on request, and on a graceful stop. The RocksDB checkpoint, the upload (its new
+SST files, then its ``.snap``: ``snapshots``) and the retention prune run in a background
+thread, one snapshot at a time, so the loop waits neither on RocksDB nor on S3.
 
-A checkpoint flushes every memtable first, in the caller's thread and holding the GIL: with
-a live load's memtables that stalled the loop for about 0.4 s each interval (the periodic
-p99 outliers of the stream bench's freshness). So a due snapshot first asks RocksDB to flush
-in its background threads, and takes the checkpoint ``FLUSH_LEAD_S`` later, when little is
-left to flush (11 ms against 359 ms for 59 MB in a diagnosis)."""
+A checkpoint flushes every memtable first. Taken in the loop's thread it held the loop for
+45-185 ms each interval under a live load (the stream bench's 90%-load freshness tail begins
+there: ``bench/README.md``, eleventh round). RocksDB takes it beside the writes that go on:
+every batch is one atomic write carrying its offsets and replaylog marker, and the
+checkpoint holds the flushed files plus the write-ahead log up to a point, so it holds a
+prefix of the batches, whole, and the marker of its newest (a test holds this under
+concurrent writes). A due snapshot still asks RocksDB to flush in its background threads
+first and takes the checkpoint ``FLUSH_LEAD_S`` later, when little is left to flush.
+
+Staggered: the first interval of each (job, partition) is lengthened by a fixed share of it,
+so the runners of one engine, started together, do not all checkpoint and upload at the same
+moment (none snapshots sooner than its interval)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +57,9 @@ class Snapshotter:
         self.done = threading.Event()  # set after a requested snapshot is stored
         self._requested = threading.Event()
         self._upload: threading.Thread | None = None
-        self._last = time.monotonic()
+        self._checkpointed = threading.Event()  # clear while a checkpoint is being taken
+        self._checkpointed.set()
+        self._last = time.monotonic() + interval_s * _phase(job, partition)
         self._taken = 0
         self._flushing_since: float | None = None  # a due snapshot's background flush
 
@@ -79,6 +88,10 @@ class Snapshotter:
         if self._upload is not None:
             self._upload.join()
 
+    def settle(self) -> None:
+        """Wait for a checkpoint being taken in the background: the hangar may close after."""
+        self._checkpointed.wait()
+
     def _maybe(self, hangar: Hangar, force: bool = False) -> None:
         now = time.monotonic()
         due = now - self._last >= self.interval_s
@@ -92,15 +105,21 @@ class Snapshotter:
             if now - self._flushing_since < FLUSH_LEAD_S:
                 return
         self._flushing_since = None
+        # the newest batch the checkpoint holds at least (batches go on meanwhile): it only
+        # orders the snapshots' names; recovery reads the marker the state holds
         marker = hangar.marker()
         ck = self.path.parent / f".{self.path.name}.ckpt-{os.getpid()}-{self._taken}"
-        hangar.checkpoint(ck)
         self._taken += 1
         self._last = time.monotonic()
         self.dirty = False
+        self._checkpointed.clear()
 
-        def upload() -> None:
+        def snapshot() -> None:
             try:
+                try:
+                    hangar.checkpoint(ck)
+                finally:
+                    self._checkpointed.set()
                 started = time.monotonic()
                 uploaded = self.store.upload(self.job, self.partition, marker, ck)
                 self.store.prune(self.job, self.partition, self.keep)
@@ -108,10 +127,16 @@ class Snapshotter:
             except PrefixReleased as e:  # the job is being deleted: no snapshot to keep
                 log.info("%s p%d: %s", self.job, self.partition, e)
             except Exception:  # noqa: BLE001 - the next snapshot retries; state is safe locally
-                log.exception("%s p%d: snapshot upload failed", self.job, self.partition)
+                log.exception("%s p%d: snapshot failed", self.job, self.partition)
             finally:
                 shutil.rmtree(ck, ignore_errors=True)
 
         name = f"snapshot-{self.job}.p{self.partition}"
-        self._upload = threading.Thread(target=upload, name=name, daemon=True)
+        self._upload = threading.Thread(target=snapshot, name=name, daemon=True)
         self._upload.start()
+
+
+def _phase(job: str, partition: int) -> float:
+    """A fixed share in [0, 1) of one (job, partition): how much later than its interval its
+    first snapshot is due, so that runners started together take theirs apart."""
+    return zlib.crc32(f"{job}.p{partition}".encode()) % 1000 / 1000
