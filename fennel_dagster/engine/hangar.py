@@ -303,7 +303,8 @@ class Hangar:
             fam.flush(False)
 
     def checkpoint(self, dest: Path) -> Path:
-        """A consistent, hard-linked copy of the whole store at ``dest`` (must not exist)."""
+        """A consistent, hard-linked copy of the whole store at ``dest`` (must not exist); safe
+        from another thread while batches are applied (``test_checkpoint_beside_writes``)."""
         if dest.exists():
             shutil.rmtree(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)

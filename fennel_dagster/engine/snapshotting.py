@@ -112,7 +112,6 @@ class Snapshotter:
         self._taken += 1
         self._last = time.monotonic()
         self.dirty = False
-        self._checkpointed.clear()
 
         def snapshot() -> None:
             try:
@@ -133,7 +132,12 @@ class Snapshotter:
 
         name = f"snapshot-{self.job}.p{self.partition}"
         self._upload = threading.Thread(target=snapshot, name=name, daemon=True)
-        self._upload.start()
+        self._checkpointed.clear()
+        try:
+            self._upload.start()
+        except BaseException:  # no thread: nothing for ``settle`` to wait for
+            self._checkpointed.set()
+            raise
 
 
 def _phase(job: str, partition: int) -> float:

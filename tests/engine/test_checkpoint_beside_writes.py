@@ -114,7 +114,7 @@ def test_the_loop_goes_on_while_the_checkpoint_is_taken_and_closes_after_it(
     snap.dirty = True
     snap.tick(hangar)  # due: returns with the checkpoint still waiting on the gate
     hangar.apply(_batch(2), {("in", 0): 3}, 2)  # the loop writes meanwhile
-    closing = threading.Thread(target=lambda: (snap.settle(), hangar.close()))
+    closing = threading.Thread(target=lambda: (snap.settle(), hangar.close()), daemon=True)
     closing.start()
     closing.join(0.2)
     assert closing.is_alive(), "the hangar must not close under a checkpoint being taken"
@@ -122,3 +122,25 @@ def test_the_loop_goes_on_while_the_checkpoint_is_taken_and_closes_after_it(
     closing.join(30)
     snap.join()
     assert not closing.is_alive() and store.markers == [1]
+
+
+def test_a_snapshot_thread_that_cannot_start_leaves_nothing_to_settle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshotting, "FLUSH_LEAD_S", 0.0)
+    hangar = Hangar(tmp_path / "state")
+    hangar.apply(_batch(1), {("in", 0): 2}, 1)
+    snap = Snapshotter(_Stored(), "job", 0, tmp_path / "state", 0.0, 2)  # type: ignore[arg-type]
+    snap.dirty = True
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError):
+        snap.tick(hangar)
+    monkeypatch.undo()
+    closing = threading.Thread(target=lambda: (snap.settle(), hangar.close()), daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "settle waited for a checkpoint no thread takes"
