@@ -5,9 +5,10 @@ Layout under a partition's prefix:
 
 - ``{marker+1:020d}-{id}.snap``: one snapshot. A tar of the checkpoint's small files
   (``CURRENT``, ``MANIFEST``, ``OPTIONS``, logs) and ``files.json``, which names the stored
-  object of each SST file. Keys sort by the replaylog marker the snapshot reflects, so
-  "newest" is the last one. A ``.tar`` of the same stem is a full snapshot (the earlier
-  format), still restored.
+  object of each SST file. Keys sort by the replaylog marker read before the snapshot's
+  checkpoint (a lower bound of the one the state holds, which recovery reads: batches go on
+  while it is taken), so "newest" is the last one. A ``.tar`` of the same stem is a full
+  snapshot (the earlier format), still restored.
 - ``sst/{session}-{name}``: an SST (or blob) file, immutable, shared by the snapshots that
   name it. ``session`` is unique to the store object that uploaded it: RocksDB may give a
   number again after a crash, or another runner's state may hold a different file of the same

@@ -82,7 +82,9 @@ def test_checkpoints_taken_beside_batches_hold_a_prefix_of_whole_batches(
 class _Gated(Hangar):
     """A hangar whose checkpoint waits for ``gate``: the loop must not."""
 
-    gate = threading.Event()
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = threading.Event()
 
     def checkpoint(self, dest: Path) -> Path:
         assert self.gate.wait(30)
@@ -103,22 +105,34 @@ class _Stored:
         pass
 
 
+def _due(hangar: Hangar, store: _Stored, monkeypatch: pytest.MonkeyPatch) -> Snapshotter:
+    """A snapshotter of ``hangar`` (holding one batch) whose next tick takes a snapshot."""
+    monkeypatch.setattr(snapshotting, "FLUSH_LEAD_S", 0.0)
+    hangar.apply(_batch(1), {("in", 0): 2}, 1)
+    snap = Snapshotter(store, "job", 0, hangar.path, 0.0, 2)  # type: ignore[arg-type]
+    snap.dirty = True
+    return snap
+
+
+def _closing(snap: Snapshotter, hangar: Hangar) -> threading.Thread:
+    """The runner's way out, in a thread: settle the snapshotter, then close the hangar."""
+    thread = threading.Thread(target=lambda: (snap.settle(), hangar.close()), daemon=True)
+    thread.start()
+    return thread
+
+
 def test_the_loop_goes_on_while_the_checkpoint_is_taken_and_closes_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshotting, "FLUSH_LEAD_S", 0.0)
     hangar = _Gated(tmp_path / "state")
-    hangar.apply(_batch(1), {("in", 0): 2}, 1)
     store = _Stored()
-    snap = Snapshotter(store, "job", 0, tmp_path / "state", 0.0, 2)  # type: ignore[arg-type]
-    snap.dirty = True
+    snap = _due(hangar, store, monkeypatch)
     snap.tick(hangar)  # due: returns with the checkpoint still waiting on the gate
     hangar.apply(_batch(2), {("in", 0): 3}, 2)  # the loop writes meanwhile
-    closing = threading.Thread(target=lambda: (snap.settle(), hangar.close()), daemon=True)
-    closing.start()
+    closing = _closing(snap, hangar)
     closing.join(0.2)
     assert closing.is_alive(), "the hangar must not close under a checkpoint being taken"
-    _Gated.gate.set()
+    hangar.gate.set()
     closing.join(30)
     snap.join()
     assert not closing.is_alive() and store.markers == [1]
@@ -127,11 +141,8 @@ def test_the_loop_goes_on_while_the_checkpoint_is_taken_and_closes_after_it(
 def test_a_snapshot_thread_that_cannot_start_leaves_nothing_to_settle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshotting, "FLUSH_LEAD_S", 0.0)
     hangar = Hangar(tmp_path / "state")
-    hangar.apply(_batch(1), {("in", 0): 2}, 1)
-    snap = Snapshotter(_Stored(), "job", 0, tmp_path / "state", 0.0, 2)  # type: ignore[arg-type]
-    snap.dirty = True
+    snap = _due(hangar, _Stored(), monkeypatch)
 
     def refuse(self: threading.Thread) -> None:
         raise RuntimeError("can't start new thread")
@@ -140,7 +151,6 @@ def test_a_snapshot_thread_that_cannot_start_leaves_nothing_to_settle(
     with pytest.raises(RuntimeError):
         snap.tick(hangar)
     monkeypatch.undo()
-    closing = threading.Thread(target=lambda: (snap.settle(), hangar.close()), daemon=True)
-    closing.start()
+    closing = _closing(snap, hangar)
     closing.join(30)
     assert not closing.is_alive(), "settle waited for a checkpoint no thread takes"
