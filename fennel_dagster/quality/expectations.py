@@ -7,6 +7,7 @@ values), so a failing check says which rows broke which rule.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Consumer, TopicPartition
 
+from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops.batches import rows_of
 from fennel_dagster.ops.rows import from_records
 from fennel_dagster.wire import spec
@@ -57,8 +59,11 @@ def run(expectations: Sequence[spec.ExpectationSpec], df: pd.DataFrame) -> list[
     return out
 
 
-def sample(servers: str, topic: str, ds: spec.DatasetSpec, rows: int = 1000) -> pd.DataFrame:
-    """The newest ``rows`` committed rows of a dataset topic (all partitions)."""
+def sample(
+    servers: str, topic: str, ds: spec.DatasetSpec, rows: int = 1000, read_timeout_s: float = 60.0
+) -> pd.DataFrame:
+    """The newest ``rows`` committed rows of a dataset topic (all partitions), read to the end
+    of each: a slow first fetch is waited for, not taken for an empty topic."""
     c = Consumer({"bootstrap.servers": servers, "group.id": "fennel-expectations",
                   "isolation.level": "read_committed", "enable.auto.commit": False,
                   "enable.partition.eof": True})  # fmt: skip
@@ -74,10 +79,17 @@ def sample(servers: str, topic: str, ds: spec.DatasetSpec, rows: int = 1000) -> 
         c.assign(tps)
         records: list[dict[str, Any]] = []
         eof: set[int] = set()
+        deadline = time.monotonic() + read_timeout_s
         while len(eof) < len(parts):
-            m = c.poll(2.0)
+            m = c.poll(1.0)
             if m is None:
-                break
+                if time.monotonic() > deadline:  # judging part of the sample would mislead
+                    raise ExecutionError(
+                        f"expectations of dataset {ds.name!r}: topic {topic!r} gave no end of "
+                        f"partitions {sorted(set(parts) - eof)} within {read_timeout_s:g} s; "
+                        "the check was not evaluated (is the broker up and not overloaded?)"
+                    )
+                continue
             if m.error():
                 eof.add(m.partition() or 0)
                 continue

@@ -291,6 +291,7 @@ AVRO_V2 = AVRO.replace(
 )
 
 
+@pytest.mark.exclusive  # stops the stack's shared registry
 def test_the_runner_rides_out_a_registry_outage_and_loses_no_row(
     engine_settings: Settings,
 ) -> None:

@@ -92,6 +92,7 @@ def _observed_outages(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(spend.metadata["outages ridden out (24 h)"].value)
 
 
+@pytest.mark.exclusive  # stops the stack's shared Postgres
 def test_the_engine_rides_out_a_postgres_restart(
     engine_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -200,6 +201,7 @@ def test_runners_die_with_their_supervisor_and_a_restarted_engine_serves(
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
 
 
+@pytest.mark.exclusive  # stops the stack's shared Postgres
 def test_a_commit_that_loses_postgres_says_so_and_recovery_leaves_no_strays(
     engine_settings: Settings,
 ) -> None:
