@@ -63,7 +63,12 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     finally:
         for proc in (worker, master):
             proc.terminate()
-            proc.wait(30)
+        for proc in (worker, master):  # a JVM under load may take longer than 30 s to stop
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
 
 
 def test_a_replay_runs_on_a_standalone_cluster_by_setting_the_master(
