@@ -63,7 +63,7 @@ def kafka_admin(live_stack: Settings) -> Iterator[object]:
     yield AdminClient({"bootstrap.servers": live_stack.kafka_servers})
 
 
-# `make test` runs the suite in two xdist workers (`-n 2 --dist loadscope`), and a scope here
+# With `-n 2 --dist loadscope` (README: running the suite in two workers) a scope here
 # (a unit of work that runs on one worker, in order) is `_unit`'s: a test file, so its module
 # fixtures are built once; a package whose files share package fixtures or a port (serve: one
 # engine and query server; dagster: one `dg dev`); and the files that run Dagster's webserver
@@ -93,7 +93,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         unit = _unit(item.nodeid)
         return _FIRST.index(unit) if unit in _FIRST else len(_FIRST)
 
-    items.sort(key=rank)  # stable: files keep their order, and tests theirs within a file
+    if hasattr(config, "workerinput"):  # an xdist worker; a serial run keeps the files' order
+        items.sort(key=rank)  # stable: files keep their order, and tests theirs within a file
 
 
 @pytest.hookimpl(optionalhook=True)
