@@ -18,7 +18,7 @@ test: install
 	$(VENV)/ruff check fennel_dagster assets sensors resources tests bench examples tools
 	$(VENV)/mypy fennel_dagster assets sensors resources tools
 	$(VENV)/lint-imports
-	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=25
+	$(VENV)/pytest tests -q -p no:cacheprovider --timeout=900 --durations=60
 
 # the streaming benchmark (bench/README.md): Quix Streams, the peer, in a venv of its own
 bench:
