@@ -59,10 +59,10 @@ def build_definitions() -> Definitions:
             offline_query_requests,
         ],
         resources=resources(),
-        # Every job here is one op or a few light asset steps. Dagster's default executor
-        # starts a process per step, and each loads this code location again (about 10 s
-        # of CPU: dagster, pandas, the library) before the step runs: a commit's run took
-        # that long twice. In process, a run loads it once.
+        # Dagster's default executor starts a process per step, and each loads this code
+        # location again (about 10 s of CPU: dagster, pandas, the library) after the run's
+        # own process already has. In process, a run loads it once. (The engine's job names
+        # the same executor itself: its runner must die with the run's process.)
         executor=in_process_executor,
     )
 
