@@ -9,7 +9,10 @@ Kafka, the broker and the machine's other tenants:
 - ``--shape drain``: the stream bench's events (100 ms apart, +-2 s of disorder, 1,000 keys)
   in source batches of 5,000 and pipeline batches of four of them, as a backlog arrives;
 - ``--shape live``: events stamped in order at 28k a second, source batches of 2,000 and
-  pipeline batches of three, as under the stream bench's live load.
+  pipeline batches of three, as under the stream bench's live load;
+- ``--shape steady``: the live load on state that already holds an hour of events (each
+  key one every 30 s, fed first and not counted), as a long-running engine's is: each key's
+  window then covers a full hour of tiles, which the other shapes' keys never reach.
 
 One partition, as in the stream bench: every row stays in its job partition. The first
 third of the rounds warms up and is not counted. The collector runs at the runners'
@@ -45,7 +48,9 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SHAPES = {  # seconds between events, disorder (ms), events per source batch, source batches
     "drain": (0.1, 2000, 5000, 4),  # per pipeline batch
     "live": (1 / 28000, 0, 2000, 3),
+    "steady": (1 / 28000, 0, 2000, 3),
 }
+HISTORY = {"steady": 3600}  # seconds of events held before the counted load (30 s a key)
 
 
 def _repos() -> object:
@@ -78,36 +83,53 @@ def main() -> None:
     pipeline = PipelineJob(dataclasses.replace(spec, partitions=1))
     scratch = Path(tempfile.mkdtemp(prefix="fd-stage-"))
     source_state, state = Hangar(scratch / "source"), Hangar(scratch / "pipeline")
-    rnd, t, offset, out_offset = random.Random(1), 0.0, 0, 0
+    rnd, t = random.Random(1), 0.0
+    offsets = {"in": 0, "out": 0}
     cpu = {"source": 0.0, "pipeline": 0.0}
-    counted = 0
-    for r in range(args.rounds):
+
+    def feed(events: list[bytes], counted: bool) -> None:
+        """One pipeline batch: the source's batches of ``per`` events, then the pipeline."""
         outputs = []
-        for _ in range(group):
-            values = []
-            for _ in range(per):
-                t += step
-                ts = T0 + timedelta(seconds=t, milliseconds=rnd.randint(-disorder_ms, disorder_ms))
-                values.append(json.dumps(
-                    {"uid": rnd.randrange(args.keys), "amount": 1.0, "ts": ts.isoformat()}
-                ).encode())  # fmt: skip
-            msgs = [InMessage("ext", 0, offset + i, None, v) for i, v in enumerate(values)]
-            offset += per
+        for at in range(0, len(events), per):
+            values = events[at : at + per]
+            msgs = [InMessage("ext", 0, offsets["in"] + i, None, v) for i, v in enumerate(values)]
+            offsets["in"] += len(values)
             c0 = time.process_time()
             it = source.process(msgs, source_state)
             if it.writes is not None and len(it.writes):
                 source_state.apply(it.writes)
-            if r >= args.rounds // 3:
+            if counted:
                 cpu["source"] += time.process_time() - c0
             outputs += it.outputs
-        batch = [InMessage(o.topic, 0, out_offset + i, o.key, o.value)
+        batch = [InMessage(o.topic, 0, offsets["out"] + i, o.key, o.value)
                  for i, o in enumerate(outputs)]  # fmt: skip
-        out_offset += len(batch)
+        offsets["out"] += len(batch)
         c0 = time.process_time()
         done = pipeline.process(batch, OverlayReader(state, WriteBatch()))
         state.apply(done.writes)
-        if r >= args.rounds // 3:
+        if counted:
             cpu["pipeline"] += time.process_time() - c0
+
+    def event(uid: int, at: datetime) -> bytes:
+        return json.dumps({"uid": uid, "amount": 1.0, "ts": at.isoformat()}).encode()
+
+    history = HISTORY.get(args.shape, 0)
+    held = sorted(
+        (T0 - timedelta(seconds=history - s - rnd.uniform(0, 30)), uid)
+        for s in range(0, history, 30)
+        for uid in range(args.keys)
+    )
+    for at in range(0, len(held), per * group):
+        feed([event(uid, ts) for ts, uid in held[at : at + per * group]], counted=False)
+    counted = 0
+    for r in range(args.rounds):
+        values = []
+        for _ in range(per * group):
+            t += step
+            ts = T0 + timedelta(seconds=t, milliseconds=rnd.randint(-disorder_ms, disorder_ms))
+            values.append(event(rnd.randrange(args.keys), ts))
+        feed(values, counted=r >= args.rounds // 3)
+        if r >= args.rounds // 3:
             counted += per * group
     print(f"{args.shape}: {counted:,} events counted; CPU per event: "
           f"source {cpu['source'] / counted * 1e6:.2f} us, "

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fennel_dagster.ops.aggregate.continuous import run_continuous
+from fennel_dagster.ops.aggregate.continuous import LEVELS_KEY, StateFormatError, run_continuous
 from fennel_dagster.ops.aggregate.edges import edge_sizes
+from fennel_dagster.ops.aggregate.events import tiles_namespace
 from fennel_dagster.ops.aggregate.layout import Layout
 from fennel_dagster.ops.aggregate.newest import is_newest_key
 from fennel_dagster.ops.state import MemoryState, OverlayReader, StateReader, WriteBatch
@@ -109,17 +110,33 @@ WINDOWS = {
 }
 
 
+# Tile layouts a state may have been written with (``continuous.LEVELS_KEY``): a new
+# state's (top levels in pages of 16 tiles), pages of 3 (a page boundary in most windows),
+# and a tile an entry (state written before pages).
+LAYOUTS = {"pages of 16": None, "pages of 3": b"p3", "a tile an entry": b"2"}
+
+
+def in_layout(n: spec.AggregateNode, layout: str) -> MemoryState:
+    """An empty state whose tiles will be written in ``layout``."""
+    state = MemoryState()
+    mark = LAYOUTS[layout]
+    if mark is not None:
+        state.apply(WriteBatch.of({(tiles_namespace("agg", n), LEVELS_KEY): mark}))
+    return state
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("raw", [False, True], ids=["tiled", "with lastk"])
 @pytest.mark.parametrize("windows", list(WINDOWS), ids=list(WINDOWS))
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows=events, cuts=st.lists(st.integers(1, 59), max_size=6))
 def test_every_emitted_value_is_the_brute_force_one(
-    windows: str, raw: bool, rows: list[Any], cuts: list[int]
+    windows: str, raw: bool, layout: str, rows: list[Any], cuts: list[int]
 ) -> None:
     n = node(*WINDOWS[windows], raw=raw)
     arrival = sorted(rows, key=lambda r: r[1] + r[3])  # mostly in order, some late
     bounds = [0, *sorted({c for c in cuts if c < len(arrival)}), len(arrival)]
-    state = MemoryState()
+    state = in_layout(n, layout)
     seen: list[Any] = []
     for a, b in zip(bounds, bounds[1:], strict=False):
         batch = [(u, t, v) for u, t, v, _ in arrival[a:b]]
@@ -300,3 +317,44 @@ def test_a_tile_newer_than_every_held_event_is_not_sought() -> None:
     state.ranges = 0
     assert record(state, n, [(1, base + 10 * US + 500_000, 4.0)])["s0"].tolist() == [7.0]
     assert state.ranges == fresh_tile + 1
+
+
+class TileEntries(MemoryState):
+    """Counts the entries its scans of tiles return."""
+
+    read = 0
+
+    def scan_ranges(
+        self, ns: str, bounds: list[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+        items, counts = super().scan_ranges(ns, bounds)
+        if ns.endswith(":tiles"):
+            self.read += len(items)
+        return items, counts
+
+
+@pytest.mark.parametrize(("layout", "most"), [("pages of 16", 8), ("a tile an entry", 70)])
+def test_a_window_of_held_tiles_reads_them_as_a_few_pages(layout: str, most: int) -> None:
+    """A key with an event every 50 s holds every 64 s tile of its hour: one tile an entry, a
+    batch reads the ~57 of them; in pages of 16, at most five pages (an hour spans 3.5 pages
+    of 1,024 s) and the finer tiles of the window's two ends."""
+    n = node(spec.WindowSpec("continuous", duration=3600))
+    held = [(1, 10 * HOUR + i * 50 * US, float(i)) for i in range(150)]
+    state = in_layout(n, layout)
+    record(state, n, held[:75])
+    record(state, n, held[75:149])
+    assert isinstance(state, MemoryState)
+    counting = TileEntries()
+    counting._data, counting._order = state._data, state._order
+    out = record(counting, n, [held[149]])
+    assert counting.read <= most and (layout != "a tile an entry" or counting.read >= 50)
+    assert out.iloc[0].to_dict() == {"uid": 1, "ts": out.iloc[0]["ts"],
+                                     **expected(n, held, 1, held[149][1])}  # fmt: skip
+
+
+def test_a_state_of_an_unknown_layout_is_refused_by_name() -> None:
+    n = node(spec.WindowSpec("continuous", duration=3600))
+    state = MemoryState()
+    state.apply(WriteBatch.of({(tiles_namespace("agg", n), LEVELS_KEY): b"q7"}))
+    with pytest.raises(StateFormatError, match="agg.*unknown tile layout marker b'q7'"):
+        record(state, n, [(1, HOUR, 1.0)])

@@ -14,10 +14,18 @@ from fennel_dagster.ops.aggregate.codec import (
     event_cols,
     packed_tiles,
     tag_of,
+    tile_keys,
+    tile_pages,
     tiles_table,
 )
 from fennel_dagster.ops.aggregate.layout import Layout
-from fennel_dagster.ops.aggregate.stats import Table, merge_tiles, pair_codes, sorted_table
+from fennel_dagster.ops.aggregate.stats import (
+    Table,
+    merge_tiles,
+    pair_codes,
+    sorted_table,
+    stats_from_lists,
+)
 from fennel_dagster.wire import spec
 
 W = spec.WindowSpec("continuous", duration=3600)
@@ -147,3 +155,80 @@ def test_sorted_table_is_the_stable_sort_by_key_then_position(
     got = sorted_table(t)
     assert got.n.tolist() == want.tolist()
     assert got.kid.tolist() == kid[want].tolist() and got.pos.tolist() == pos[want].tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-9, 9), wide, wide), max_size=40),
+       st.sampled_from([1, 2, 4, 16]), st.booleans())  # fmt: skip
+def test_pages_of_tiles_read_back_as_the_tiles_and_hold_the_same_bytes(
+    events: list[tuple[int, int, object, object]], page: int, squares: bool
+) -> None:
+    """A page is its tiles' values back to back, or one JSON list where one of them does not
+    fit; read, it gives the tiles it was written from, at negative indexes too."""
+    lay = Layout.of(SQUARES if squares else NODE)
+    names = sorted(lay.cols)
+    tiles = _merged(lay, events)
+    if tiles is None:
+        return
+    kids, pages, values = tile_pages(lay, tiles, page)
+    assert sorted(set(zip(kids.tolist(), pages.tolist(), strict=True))) == sorted(
+        {(k, i // page) for k, i in zip(tiles.kid.tolist(), tiles.pos.tolist(), strict=True)}
+    )
+    keys = tile_keys([b"[%d]\0" % k for k in kids.tolist()], 64, pages)
+    back = decode_tiles(lay, kids, list(zip(keys, values, strict=True)))
+    assert back.kid.tolist() == tiles.kid.tolist() and back.pos.tolist() == tiles.pos.tolist()
+    assert back.n.tolist() == tiles.n.tolist()
+    for c in names:
+        for k in tiles.cols[c]:
+            assert back.cols[c][k].tolist() == tiles.cols[c][k].tolist(), (c, k)
+    if page == 1:  # a tile an entry: the value ``encode_tile`` gives, as before pages
+        merged = merge_tiles(lay, tiles, np.arange(len(tiles.kid)), len(tiles.kid))
+        assert values == [encode_tile(i, r, s, names)
+                          for i, (r, s) in zip(tiles.pos.tolist(), merged, strict=True)]  # fmt: skip
+
+
+def _merged(lay: Layout, events: list[tuple[int, int, object, object]]) -> Table | None:
+    """The tiles the events make (one per key id and index), sorted."""
+    names = sorted(lay.cols)
+    events = sorted(events, key=lambda e: (e[0], e[1]))
+    if not events:
+        return None
+    cols = {}
+    for j, c in enumerate(names):
+        vals = [e[2 + j] for e in events]
+        tags = np.array([tag_of(v) for v in vals], np.uint8)
+        bits = np.array([bits_of(v, int(t)) for v, t in zip(vals, tags, strict=True)], np.int64)
+        got = event_cols(tags, bits, lay.cols[c])
+        assert got is not None
+        cols[c] = got
+    kid = np.array([e[0] for e in events], np.int64)
+    pos = np.array([e[1] for e in events], np.int64)
+    t = Table(kid, pos, np.ones(len(events), np.int64), cols)
+    (code,) = pair_codes([kid], [pos])
+    _, gid = np.unique(code, return_inverse=True)
+    first = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
+    merged = merge_tiles(lay, t, gid, len(first))
+    # as read: a tile written as JSON needs its key for its index
+    keys = tile_keys([b"[0]\0"] * len(first), 64, pos[first])
+    items = [(k, encode_tile(int(i), r, s, names))
+             for k, i, (r, s) in zip(keys, pos[first].tolist(), merged, strict=True)]  # fmt: skip
+    return decode_tiles(lay, kid[first], items)
+
+
+def test_a_page_with_a_tile_past_the_binary_record_is_json_and_reads_back() -> None:
+    """An int beyond int64 as a max does not fit a tile's record: one tile an entry, that
+    tile is JSON (its index in its key); in a page, the whole page is JSON with indexes."""
+    lay = Layout.of(NODE)
+    big = [[1, 0, 1, 70, 0, 0, 1 << 70, 1 << 70], [1, 0, 5, 0, 0, 0, 5, 5]]  # canonical sums
+    small = [[2, 1, 3, 0, 0, 0, 1.0, 2.0], [1, 0, 7, 0, 0, 0, 7, 7]]
+    cols = {"a": stats_from_lists(small), "b": stats_from_lists(big)}
+    tiles = Table(np.array([0, 0]), np.array([4, 6]), np.array([2, 1]), cols)
+    for page, first_bytes in ((1, [b"{", b"\x01"]), (4, [b"{"]), (8, [b"{"])):
+        kids, pages, values = tile_pages(lay, tiles, page)
+        assert [v[:1] for v in values] == first_bytes
+        keys = tile_keys([b"[0]\0"] * len(kids), 64, pages)
+        back = decode_tiles(lay, kids, list(zip(keys, values, strict=True)))
+        assert back.pos.tolist() == [4, 6] and back.n.tolist() == [2, 1]
+        for c in ("a", "b"):
+            for k in cols[c]:
+                assert back.cols[c][k].tolist() == cols[c][k].tolist(), (page, c, k)

@@ -1,5 +1,6 @@
 """Tile levels go down to 2 s, so a dense key reads few raw edge events; state written with
-the coarser levels of before (no marker, tiles down to 64 s) is still read with those."""
+the coarser levels of before (no marker, tiles down to 64 s) is still read with those, and
+state of a tile an entry (before pages) with that."""
 
 from __future__ import annotations
 
@@ -65,21 +66,33 @@ def _as_legacy(state: MemoryState) -> None:
     state.apply(wb)
 
 
+def _unpaged() -> MemoryState:
+    """A state whose tiles are written one an entry, as before pages (legacy state was)."""
+    state = MemoryState()
+    state.apply(WriteBatch.of({(NS + ":tiles", LEVELS_KEY): b"2"}))
+    return state
+
+
 def test_state_of_the_coarser_levels_is_read_with_them_and_gives_the_same_values() -> None:
     first, second = _dense(400, T0, 1), _dense(400, T0 + pd.Timedelta(seconds=60), 2)
     new = MemoryState()
     _run(new, first)
-    assert new.get(NS + ":tiles", LEVELS_KEY) == b"2"
+    assert new.get(NS + ":tiles", LEVELS_KEY) == b"p16"
     want = _run(new, second)
 
-    old = MemoryState()
+    unpaged = _unpaged()
+    _run(unpaged, first)
+    assert _run(unpaged, second) == want
+    assert unpaged.get(NS + ":tiles", LEVELS_KEY) == b"2"
+
+    old = _unpaged()
     _run(old, first)
     _as_legacy(old)
     got = _run(old, second)
     assert old.get(NS + ":tiles", LEVELS_KEY) == b"1"
     assert got == want
     # read with the new levels, the legacy state would miss the 2 s tiles it never had
-    wrong = MemoryState()
+    wrong = _unpaged()
     _run(wrong, first)
     _as_legacy(wrong)
     wrong.apply(WriteBatch.of({(NS + ":tiles", LEVELS_KEY): b"2"}))

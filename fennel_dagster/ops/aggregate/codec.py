@@ -10,6 +10,11 @@ exponents of the sum and of the sum of squares, their mantissas as 128-bit two's
 stored as JSON ``{"n": rows, "v": {column: [c, fc, sn, se, qn, qe, mn, mx]}}``. Both fixed
 widths are decoded for a whole batch at once (``np.frombuffer``). Canonical: the same
 events give the same bytes whatever the batching (sums canonical, min/max float iff fc).
+
+A page (``Layout.page``: several tiles an entry, keyed by its first tile's index over the
+page size) is its held tiles' values back to back in index order; where one does not fit,
+the page is JSON ``{"p": [{"i": index, "n": rows, "v": ...}, ...]}``. A one-tile entry is a
+page of one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from fennel_dagster.ops.aggregate.stats import (
     align,
     common_scale,
     extremes,
+    merge_tiles,
+    pair_codes,
     stats_from_lists,
 )
 from fennel_dagster.ops.keys import FLIP, SUFFIX, flipped, suffixed
@@ -198,15 +205,60 @@ def event_cols(tag: np.ndarray, bits: np.ndarray, squares: bool) -> dict[str, np
 def decode_tiles(
     lay: Layout, kid: np.ndarray, items: list[tuple[bytes, bytes]] | list[bytes]
 ) -> Table:
+    """The tiles of entries (pages) read, ``kid[i]`` the key id of ``items[i]``; a JSON
+    value needs its key (``items`` as pairs)."""
     names = sorted(lay.cols)
     dt = _tile_dtype(len(names))
     vals = [it if isinstance(it, bytes) else it[1] for it in items]
     # none read: int64 columns all the same, or every merge with this batch's events would
     # take Python's ints (``packed_tiles`` refuses object columns)
-    arr = packed(vals, dt)
-    if arr is None:
+    found = _records(vals, dt)
+    if found is None:
         return _decode_tiles_slow(lay, kid, items, names, dt)
-    return tiles_table(kid, arr, names)
+    arr, per = found
+    return tiles_table(np.repeat(kid, per), arr, names)
+
+
+def _records(vals: list[bytes], dt: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """The binary records of the values (each a page of one or more) as one array of ``dt``
+    and how many each value holds; None when some value is not binary records of format 1
+    (JSON starts with a brace, never byte 1, and holds no byte 1)."""
+    lens = np.fromiter(map(len, vals), dtype=np.int64, count=len(vals))
+    if (lens % dt.itemsize).any():
+        return None
+    arr = np.frombuffer(b"".join(vals), dtype=dt)
+    return (arr, lens // dt.itemsize) if (arr["v"] == 1).all() else None
+
+
+def tile_pages(lay: Layout, t: Table, page: int) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    """Every page of tiles ``t`` (sorted by key id and index, holding all of each page's
+    tiles): its key id, its page index and its value."""
+    n = len(t.kid)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), []
+    pages = t.pos // page
+    (code,) = pair_codes([t.kid], [pages])
+    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+    ends = np.r_[starts[1:], n].tolist()
+    arr = packed_tiles(lay, t, np.arange(n), t.pos, t.n)
+    if arr is not None:
+        w = arr.dtype.itemsize
+        buf = arr.tobytes()
+        values = [buf[a * w : b * w] for a, b in zip(starts.tolist(), ends, strict=True)]
+        return t.kid[starts], pages[starts], values
+    names = sorted(lay.cols)
+    merged = merge_tiles(lay, t, np.arange(n), n)
+    idx = t.pos.tolist()
+    values = []
+    for a, b in zip(starts.tolist(), ends, strict=True):
+        one = [encode_tile(idx[i], *merged[i], names) for i in range(a, b)]
+        if page == 1 or not any(v[:1] == b"{" for v in one):
+            values.append(b"".join(one))
+            continue
+        tiles = [{"i": idx[i], "n": merged[i][0], "v": dict(zip(names, merged[i][1], strict=True))}
+                 for i in range(a, b)]  # fmt: skip
+        values.append(dumps({"p": tiles}))
+    return t.kid[starts], pages[starts], values
 
 
 def packed(vals: list[bytes], dt: np.dtype) -> np.ndarray | None:
@@ -251,30 +303,51 @@ def _decode_tiles_slow(
 ) -> Table:
     idx: list[int] = []
     rows: list[int] = []
+    kids: list[int] = []
     per: dict[str, list[list[Any]]] = {c: [] for c in names}
     empty = [0, 0, 0, 0, 0, 0, None, None]
-    for k, v in items:
-        i0 = _TILE.unpack(k[-_TILE.size :])[1] - FLIP
+    for (k, v), kd in zip(items, kid.tolist(), strict=True):
         if v[:1] == b"{":
-            d = loads(v)
-            idx.append(i0)
-            rows.append(d["n"])
-            for c in names:
-                per[c].append(d["v"].get(c, empty))
+            # a one-tile entry's JSON has the index in its key; a page's, in each tile
+            got = loads(v)
+            tiles = (
+                got["p"] if "p" in got else [{"i": _TILE.unpack(k[-_TILE.size :])[1] - FLIP, **got}]
+            )
+            for d in tiles:
+                kids.append(kd)
+                idx.append(d["i"])
+                rows.append(d["n"])
+                for c in names:
+                    per[c].append(d["v"].get(c, empty))
             continue
-        a = np.frombuffer(v, dtype=dt)[0]
-        idx.append(int(a["idx"]))
-        rows.append(int(a["n"]))
-        for j, c in enumerate(names):
-
-            def num(lo: str, hi: str, j: int = j, a: Any = a) -> int:
-                return (int(a[f"{hi}{j}"]) << 64) + int(a[f"{lo}{j}"])
-
-            def ext(t: str, x: str, j: int = j, a: Any = a) -> Any:
-                tag, b = int(a[f"{t}{j}"]), int(a[f"{x}{j}"])
-                return None if tag == 0 else b if tag == 1 else _F64.unpack(_Q.pack(b))[0]
-
-            per[c].append([int(a[f"c{j}"]), int(a[f"fc{j}"]), num("sl", "sh"), int(a[f"se{j}"]),
-                           num("ql", "qh"), int(a[f"qe{j}"]), ext("nt", "mn"), ext("xt", "mx")])  # fmt: skip
+        for a in np.frombuffer(v, dtype=dt):
+            _slow_record(a, names, kd, kids, idx, rows, per)
     cols = {c: stats_from_lists(per[c]) for c in names}
-    return Table(kid, np.array(idx, np.int64), np.array(rows, np.int64), cols)
+    return Table(np.array(kids, np.int64), np.array(idx, np.int64), np.array(rows, np.int64),
+                 cols)  # fmt: skip
+
+
+def _slow_record(
+    a: Any,
+    names: list[str],
+    kd: int,
+    kids: list[int],
+    idx: list[int],
+    rows: list[int],
+    per: dict[str, list[list[Any]]],
+) -> None:
+    """Append one binary tile record, its sums as Python ints."""
+    kids.append(kd)
+    idx.append(int(a["idx"]))
+    rows.append(int(a["n"]))
+    for j, c in enumerate(names):
+
+        def num(lo: str, hi: str, j: int = j, a: Any = a) -> int:
+            return (int(a[f"{hi}{j}"]) << 64) + int(a[f"{lo}{j}"])
+
+        def ext(t: str, x: str, j: int = j, a: Any = a) -> Any:
+            tag, b = int(a[f"{t}{j}"]), int(a[f"{x}{j}"])
+            return None if tag == 0 else b if tag == 1 else _F64.unpack(_Q.pack(b))[0]
+
+        per[c].append([int(a[f"c{j}"]), int(a[f"fc{j}"]), num("sl", "sh"), int(a[f"se{j}"]),
+                       num("ql", "qh"), int(a[f"qe{j}"]), ext("nt", "mn"), ext("xt", "mx")])  # fmt: skip

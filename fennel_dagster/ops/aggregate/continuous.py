@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import tiles
 from fennel_dagster.ops.aggregate.codec import (
     content_dtype,
@@ -19,6 +20,7 @@ from fennel_dagster.ops.aggregate.codec import (
     raw_dtype,
     tile_key,
     tile_keys,
+    tile_pages,
     tiles_table,
 )
 from fennel_dagster.ops.aggregate.edges import (
@@ -39,7 +41,7 @@ from fennel_dagster.ops.aggregate.events import (
     namespace,
     tiles_namespace,
 )
-from fennel_dagster.ops.aggregate.layout import Layout, lows, of_columns, wkey
+from fennel_dagster.ops.aggregate.layout import TOP_PAGE, Layout, lows, of_columns, wkey
 from fennel_dagster.ops.aggregate.newest import newest_held, record_newest
 from fennel_dagster.ops.aggregate.stats import (
     Source,
@@ -56,6 +58,10 @@ from fennel_dagster.ops.keys import entries, key_prefixes, row_bytes
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
+
+
+class StateFormatError(ExecutionError):
+    """An aggregate's state in a layout this version cannot read."""
 
 
 def _scan_merged(
@@ -115,9 +121,12 @@ class _Reads:
         return Events.decode(self.lay, np.repeat(np.arange(len(counts)), counts), items)
 
     def tiles(self, size: int, bounds: list[tuple[np.ndarray, np.ndarray]]) -> Table:
-        """The tiles of ``size`` held at the tile indexes of the bounds."""
-        lo, up = np.stack([a for a, _ in bounds]), np.stack([b for _, b in bounds])
-        slack = None if self.span is None else self.span // size + 1
+        """The tiles of ``size`` held at the tile indexes of the bounds, and the other tiles
+        of their pages (every tile of a page read, so a batch can write the page back)."""
+        page = self.lay.page(size)
+        lo = np.stack([a for a, _ in bounds]) // page
+        up = -(-np.stack([b for _, b in bounds]) // page)
+        slack = None if self.span is None else self.span // (size * page) + 1
         items, counts = _scan_merged(self.reader, self.ns + REWRITTEN_SUFFIX, self.qk, lo, up,
                                      self.prefixes, _tiles_at(size), slack)  # fmt: skip
         return decode_tiles(self.lay, np.repeat(np.arange(len(counts)), counts), items)
@@ -190,11 +199,16 @@ def _compute(
     if tops is not None and is_late.any():  # these read their right ends as lookups do
         more = reads.raw(is_late, [(p.ra, p.rb) for p in plans.values()])
         events = events.merged(more).unique()
-    # the tile each query records into, where its key may hold it: an event there at least
+    # the tile each query records into, where its key may hold its page: an event there or
+    # later (a batch writes back the whole page, so it reads every tile of it)
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
         s: []
         if held_newest is None
-        else [_only(held_newest[qk] >= hi // s * s, hi // s, hi // s + 1)]
+        else [
+            _only(
+                held_newest[qk] >= hi // (s * lay.page(s)) * (s * lay.page(s)), hi // s, hi // s + 1
+            )
+        ]  # fmt: skip
         for s in lay.sizes
         if s != top
     }
@@ -343,22 +357,43 @@ def _fold_tiles(
         g_kid, g_idx = both.kid[first].tolist(), both.pos[first].tolist()
         rows_of = np.add.reduceat(both.n, first)
         packed = packed_tiles(lay, both, first, both.pos[first], rows_of)
+        paged = lay.page(size) > 1
         if packed is not None:
-            keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
-            values = row_bytes(packed)
-            put.update(zip(keys, values, strict=True))
+            if not paged:
+                keys = tile_keys([prefixes[k] for k in g_kid], size, both.pos[first])
+                put.update(zip(keys, row_bytes(packed), strict=True))
             merged_tiles = tiles_table(both.kid[first], packed, names)
         else:  # sums past 61 bits or big ints: Python's ints
             items: list[tuple[bytes, bytes]] = []
             merged = merge_tiles(lay, both, gid, len(groups))
             for k, i, (rows, stats) in zip(g_kid, g_idx, merged, strict=True):
-                key = tile_key(prefixes[k], size, i)
-                value = encode_tile(i, rows, stats, names)
-                put[key] = value
-                items.append((key, value))
+                items.append((tile_key(prefixes[k], size, i), encode_tile(i, rows, stats, names)))
+            if not paged:
+                put.update(items)
             merged_tiles = decode_tiles(lay, both.kid[first], items)
         keep = old.take(np.flatnonzero(~hit))
         levels[size] = Table.concat([keep, merged_tiles])
+        if paged:
+            _write_pages(lay, put, prefixes, size, levels[size], both.kid[first], both.pos[first])
+
+
+def _write_pages(
+    lay: Layout,
+    put: dict[bytes, bytes | None],
+    prefixes: list[bytes],
+    size: int,
+    held: Table,
+    kid: np.ndarray,
+    idx: np.ndarray,
+) -> None:
+    """Write back each page of ``size`` holding a tile (``kid``, ``idx``) the batch folded
+    into, with every tile of it in ``held`` (the tiles read, the batch's folded in)."""
+    page = lay.page(size)
+    have, touched = pair_codes([held.kid, kid], [held.pos // page, idx // page])
+    rows = sorted_table(held.take(np.flatnonzero(np.isin(have, touched))))
+    kids, pages, values = tile_pages(lay, rows, page)
+    keys = tile_keys([prefixes[k] for k in kids.tolist()], size, pages)
+    put.update(zip(keys, values, strict=True))
 
 
 def _tiled_values(
@@ -455,8 +490,10 @@ def values_at(
 
 
 # In the tiles namespace, before every key's tiles (a key prefix starts with "["): which tile
-# levels the state holds. b"2": ``tiles.levels``; b"1": the legacy levels (state written
-# before the marker, whose tiles stop at 64 s, is read with those; it never changes levels).
+# levels the state holds, and how. b"p<n>": ``tiles.levels``, each window's top level in
+# pages of n tiles; b"2": ``tiles.levels``, a tile an entry; b"1": the legacy levels (state
+# written before the marker, whose tiles stop at 64 s, is read with those). A state keeps
+# the layout it was first written with.
 LEVELS_KEY = b"\x00levels"
 
 
@@ -468,11 +505,17 @@ def layout_of(
     mark = reader.get(tns, LEVELS_KEY)
     if mark is None:
         legacy = next(iter(reader.scan(ns, b"")), None) is not None
+        mark = b"1" if legacy else b"p%d" % TOP_PAGE
         if wb is not None:
-            wb.put(tns, LEVELS_KEY, b"1" if legacy else b"2")
-    else:
-        legacy = mark == b"1"
-    return Layout.of(node, legacy)
+            wb.put(tns, LEVELS_KEY, mark)
+    if mark[:1] == b"p":
+        return Layout.of(node, page=int(mark[1:]))
+    if mark not in (b"1", b"2"):
+        raise StateFormatError(
+            f"aggregate state {ns!r}: unknown tile layout marker {mark!r}; it was written by "
+            "a newer fennel_dagster: run that version, or replay the job from its inputs"
+        )
+    return Layout.of(node, legacy=mark == b"1")
 
 
 def run_continuous(

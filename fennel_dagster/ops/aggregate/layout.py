@@ -11,6 +11,9 @@ from fennel_dagster.ops import tiles
 from fennel_dagster.wire import spec
 
 US = 1_000_000
+# Tiles a page holds at each window's top level, in state written with pages (``pages``): a
+# window reads and writes a key's ~56 top tiles as 4 or 5 entries, each a few kB at most.
+TOP_PAGE = 16
 TILED = frozenset({"count", "sum", "avg", "min", "max", "stddev"})
 
 
@@ -37,10 +40,12 @@ class Layout:
     cols: dict[str, bool]  # tiled column -> keeps sums of squares (a stddev reads it)
     extremes: frozenset[str]  # tiled columns a min or max reads
     fields: list[str]  # every column an aggregation reads (the raw event's fields), sorted
+    pages: dict[int, int]  # tile size -> tiles one state entry holds, where more than one
 
     @classmethod
-    def of(cls, node: spec.AggregateNode, legacy: bool = False) -> Layout:
-        """``legacy``: for state written with the coarser levels of before (``tiles.levels``)."""
+    def of(cls, node: spec.AggregateNode, legacy: bool = False, page: int = 1) -> Layout:
+        """``legacy``: for state written with the coarser levels of before (``tiles.levels``);
+        ``page``: how many tiles an entry of each window's top level holds."""
         tiled = [a for a in node.aggs if _tiled(a)]
         windows = {
             wkey(a.window): tiles.levels(a.window.kind, a.window.duration, legacy) for a in tiled
@@ -52,7 +57,12 @@ class Layout:
         sizes = tuple(sorted({s for lv in windows.values() for s in lv}))
         extremes = frozenset(a.of for a in tiled if a.of and a.kind in ("min", "max"))
         raw = [a for a in node.aggs if not _tiled(a)]
-        return cls(tiled, raw, windows, sizes, cols, extremes, of_columns(node))
+        pages = {lv[0]: page for lv in windows.values()} if page > 1 else {}
+        return cls(tiled, raw, windows, sizes, cols, extremes, of_columns(node), pages)
+
+    def page(self, size: int) -> int:
+        """How many tiles of ``size`` one state entry holds (their page: index // this)."""
+        return self.pages.get(size, 1)
 
 
 def lows(w: tuple[str, int | None], hi: np.ndarray) -> np.ndarray:
