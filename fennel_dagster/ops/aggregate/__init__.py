@@ -11,8 +11,10 @@ State of a continuous (or ``forever``) aggregate, two namespaces:
   aggregates of the key's events in that tile (``ops/tiles.py``): row count, and per column
   read by a count/sum/avg/min/max/stddev its non-null count, exact sum and sum of squares
   (dyadic integers), min and max; a fixed-width binary record when the sums fit 128 bits,
-  else JSON (the formats: ``codec.py``); and per group key, under its bare prefix, the time
-  of the newest event it holds (``newest.py``: a batch in order reads none of its raw events).
+  else JSON (the formats: ``codec.py``). Each window's top level is kept in pages of 16
+  tiles an entry (``layout.TOP_PAGE``), so an hour's window reads a key's ~57 top tiles as
+  four or five entries; per group key, under its bare prefix, the time of the newest event
+  it holds (``newest.py``: a batch in order reads none of its raw events).
 
 Exactness. The value at time ``t`` aggregates exactly the key's events with event time in
 ``[t - duration, t]`` (both ends, as in Fennel; ``forever``: all up to ``t``), whatever order and batching they arrived
@@ -23,7 +25,8 @@ at each end plus whole tiles in between (``tiles.plan``): a continuous window of
 less; ``forever`` a hierarchy 2**36 s .. 2 s, so a prefix is <= 31 tiles per level. A key
 with hundreds of events a second still reads only a few seconds of raw events per query.
 State written before the 2 s levels (no levels marker in the tiles namespace) keeps the old
-levels (down to 64 s): ``continuous.layout_of``. Counts, integer sums, min
+levels (down to 64 s), and state written before pages keeps a tile an entry:
+``continuous.layout_of``. Counts, integer sums, min
 and max are exact; a float sum is the correctly rounded exact sum (so it can differ in the
 last bits from a left-to-right float sum, but never depends on order or batching); avg and
 stddev are computed from the exact sums (stddev: population). Quantile, distinct, lastk/firstk
@@ -38,7 +41,8 @@ whole tiles per level); then, for the whole batch at once with numpy: the binary
 decoded (one ``frombuffer`` per namespace and level), one raw entry per event and one tile
 update per touched tile and level into the ``WriteBatch`` (grouped sums, ``reduceat``), and
 every event's values (prefix sums and ``searchsorted`` per source). Per event: O(1) state
-writes and O(levels) array work; per lookup: <= ~64 tiles + the raw events of two fine edge
+writes and O(levels) array work (a page rewritten a key and batch: a few kB at most); per
+lookup: <= ~64 tiles, five top-level entries at most, + the raw events of two fine edge
 tiles (``forever``: <= 31 tiles per level + one 2 s tile), independent of the history's
 length. Emission: one row per event with the aggregates as of its own time, after the whole
 batch is recorded.

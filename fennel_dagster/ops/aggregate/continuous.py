@@ -137,6 +137,12 @@ def _only(where: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray
     return np.where(where, lo, 0), np.where(where, hi, 0)
 
 
+def _page_start(lay: Layout, size: int, at: np.ndarray) -> np.ndarray:
+    """The time the page of tiles of ``size`` holding each time starts."""
+    span = size * lay.page(size)
+    return at // span * span
+
+
 def _compute(
     lay: Layout,
     reader: StateReader,
@@ -204,11 +210,7 @@ def _compute(
     tile_bounds: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
         s: []
         if held_newest is None
-        else [
-            _only(
-                held_newest[qk] >= hi // (s * lay.page(s)) * (s * lay.page(s)), hi // s, hi // s + 1
-            )
-        ]  # fmt: skip
+        else [_only(held_newest[qk] >= _page_start(lay, s, hi), hi // s, hi // s + 1)]
         for s in lay.sizes
         if s != top
     }
