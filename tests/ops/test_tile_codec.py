@@ -82,20 +82,10 @@ def _check(node: spec.AggregateNode, events: list[tuple[int, int, object, object
            must_pack: bool, read: Table | None = None) -> bool:  # fmt: skip
     lay = Layout.of(node)
     names = sorted(lay.cols)
-    events = sorted(events, key=lambda e: (e[0], e[1]))
     if not events:
         return True
-    kid = np.array([e[0] for e in events], np.int64)
-    pos = np.array([e[1] for e in events], np.int64)
-    cols = {}
-    for j, c in enumerate(names):
-        vals = [e[2 + j] for e in events]
-        tags = np.array([tag_of(v) for v in vals], np.uint8)
-        bits = np.array([bits_of(v, int(t)) for v, t in zip(vals, tags, strict=True)], np.int64)
-        got = event_cols(tags, bits, lay.cols[c])
-        assert got is not None
-        cols[c] = got
-    t = Table(kid, pos, np.ones(len(events), np.int64), cols)
+    t = _events_table(lay, events)
+    kid, pos = t.kid, t.pos
     if read is not None:  # tiles read for these keys (none, here), then the batch's events
         t = Table.concat([read, t])
     code = kid * 16 + pos
@@ -190,20 +180,10 @@ def test_pages_of_tiles_read_back_as_the_tiles_and_hold_the_same_bytes(
 def _merged(lay: Layout, events: list[tuple[int, int, object, object]]) -> Table | None:
     """The tiles the events make (one per key id and index), sorted."""
     names = sorted(lay.cols)
-    events = sorted(events, key=lambda e: (e[0], e[1]))
     if not events:
         return None
-    cols = {}
-    for j, c in enumerate(names):
-        vals = [e[2 + j] for e in events]
-        tags = np.array([tag_of(v) for v in vals], np.uint8)
-        bits = np.array([bits_of(v, int(t)) for v, t in zip(vals, tags, strict=True)], np.int64)
-        got = event_cols(tags, bits, lay.cols[c])
-        assert got is not None
-        cols[c] = got
-    kid = np.array([e[0] for e in events], np.int64)
-    pos = np.array([e[1] for e in events], np.int64)
-    t = Table(kid, pos, np.ones(len(events), np.int64), cols)
+    t = _events_table(lay, events)
+    kid, pos = t.kid, t.pos
     (code,) = pair_codes([kid], [pos])
     _, gid = np.unique(code, return_inverse=True)
     first = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
@@ -232,3 +212,20 @@ def test_a_page_with_a_tile_past_the_binary_record_is_json_and_reads_back() -> N
         for c in ("a", "b"):
             for k in cols[c]:
                 assert back.cols[c][k].tolist() == cols[c][k].tolist(), (page, c, k)
+
+
+def _events_table(lay: Layout, events: list[tuple[int, int, object, object]]) -> Table:
+    """The events (key id, tile index, a value per column) as single-event partial aggregates,
+    sorted by key id and index."""
+    events = sorted(events, key=lambda e: (e[0], e[1]))
+    cols = {}
+    for j, c in enumerate(sorted(lay.cols)):
+        vals = [e[2 + j] for e in events]
+        tags = np.array([tag_of(v) for v in vals], np.uint8)
+        bits = np.array([bits_of(v, int(t)) for v, t in zip(vals, tags, strict=True)], np.int64)
+        got = event_cols(tags, bits, lay.cols[c])
+        assert got is not None
+        cols[c] = got
+    kid = np.array([e[0] for e in events], np.int64)
+    pos = np.array([e[1] for e in events], np.int64)
+    return Table(kid, pos, np.ones(len(events), np.int64), cols)
