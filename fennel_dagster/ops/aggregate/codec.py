@@ -264,10 +264,8 @@ def tile_pages(lay: Layout, t: Table, page: int) -> tuple[np.ndarray, np.ndarray
 def packed(vals: list[bytes], dt: np.dtype) -> np.ndarray | None:
     """The values as one array of ``dt`` when each is one binary record of it (its first
     byte, ``v``, the format's version 1); None when any is not (JSON, another version)."""
-    if not set(map(len, vals)) <= {dt.itemsize}:
-        return None
-    arr = np.frombuffer(b"".join(vals), dtype=dt)
-    return arr if (arr["v"] == 1).all() else None
+    found = _records(vals, dt)
+    return found[0] if found is not None and (found[1] == 1).all() else None
 
 
 def tiles_table(kid: np.ndarray, arr: np.ndarray, names: list[str]) -> Table:
