@@ -151,7 +151,9 @@ def packed_tiles(
                              ("xt", "mx", np.maximum.reduceat(st["mx"], starts))):  # fmt: skip
             v = np.where(empty, 0.0, v) + 0.0  # -0.0 and 0.0 tie: store one of them
             arr[f"{tag}{j}"] = np.where(empty, 0, np.where(isf, 2, 1))
-            arr[f"{bits}{j}"] = np.where(isf, v.view(np.int64), v.astype(np.int64))
+            # a float tile keeps its bits; the cast is of int tiles only (inf, nan: no int)
+            as_int = np.where(isf, 0.0, v).astype(np.int64)
+            arr[f"{bits}{j}"] = np.where(isf, v.view(np.int64), as_int)
     return arr
 
 
