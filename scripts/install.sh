@@ -52,9 +52,10 @@ for attempt in 1 2; do
   fi
   echo "installing Python dependencies into .venv"
   # --compile-bytecode: uv leaves compiling to the first import, and where
-  # PYTHONDONTWRITEBYTECODE is set (as on CI machines) nothing is ever written, so every
-  # process (runners, Dagster runs, Spark workers) compiles pandas, dagster, ... from source
-  # again: 4.1 s of CPU before `import fennel_dagster` returns, against 1.5 s compiled.
+  # PYTHONDONTWRITEBYTECODE is set (as where this project's CI runs) nothing is ever written,
+  # so every new process (Dagster runs, commands, the engine and its fork server; runners fork
+  # from that server) compiles pandas, dagster, ... from source again: 4.1 s of CPU before
+  # `import fennel_dagster` returns, against 1.5 s compiled.
   if "${UV[@]}" pip install -q --compile-bytecode -p .venv/bin/python -e ".[${FENNEL_EXTRAS:-test}]" \
     && [ -x .venv/bin/python ]; then
     echo "$want" > "$stamp"
