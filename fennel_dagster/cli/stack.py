@@ -1,4 +1,4 @@
-"""``fennel-dagster stack up|down|status|logs``."""
+"""``fennel-dagster stack up|down|status|logs|ports``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from fennel_dagster import stack
 from fennel_dagster.settings import get_settings
+from fennel_dagster.stack import ports
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,6 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.set_defaults(func=_logs)
+    pp = actions.add_parser(
+        "ports", help="list the stack's ports and whether another process holds one"
+    )
+    pp.add_argument(
+        "--reassign-busy",
+        action="store_true",
+        help="print `export FENNEL_..._PORT=n` for each default another process holds "
+        '(use: eval "$(fennel-dagster stack ports --reassign-busy)")',
+    )
+    pp.set_defaults(func=_ports)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -57,3 +68,18 @@ def _logs(args: argparse.Namespace) -> int:
         path = stack.log_path(settings, args.service)
     cmd = ["tail", f"-n{args.lines}"] + (["-F"] if args.follow else []) + [path]
     return subprocess.call(cmd, stdout=sys.stdout)
+
+
+def _ports(args: argparse.Namespace) -> int:
+    settings = get_settings()
+    if args.reassign_busy:
+        for env, number in ports.reassign_busy(settings, stack.running(settings)).items():
+            print(f"export {env}={number}")
+        return 0
+    ours = stack.running(settings)
+    for p in ports.ports(settings):
+        state = "free" if ports.bindable(settings.host, p.number) else "in use"
+        if p.service in ours:
+            state = "in use by this stack"
+        print(f"{p.service:<9} {p.number:<6} {p.env:<30} {state}")
+    return 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack.kafka import Kafka
+from fennel_dagster.stack.ports import busy, busy_message, held_by, ports
 from fennel_dagster.stack.postgres import Postgres
 from fennel_dagster.stack.process import StackError
 from fennel_dagster.stack.registry import SchemaRegistry
@@ -74,6 +75,10 @@ def up(
             if pid is not None:
                 action = "restarted (new jars)" if health.ok else "restarted (was unhealthy)"
                 svc.stop()
+            else:
+                taken = busy(settings, svc.name)
+                if taken:
+                    raise StackError(busy_message(svc.name, taken))
             svc.start()
             status = ServiceStatus(
                 svc.name,
@@ -109,6 +114,20 @@ def status(settings: Settings, names: Iterable[str] | None = None) -> list[Servi
         else:
             health = svc.health()
         out.append(ServiceStatus(svc.name, svc.endpoint(), pid, health))
+    return out
+
+
+def running(settings: Settings) -> set[str]:
+    """The services whose daemon this stack started and that listen on these settings' ports.
+
+    The pid alone is not enough: the same home with other ports (a changed settings file)
+    has our daemon running while another process holds the ports asked for.
+    """
+    out = set()
+    for svc in _select(settings, None):
+        pid = svc.running_pid()
+        if pid is not None and all(held_by(pid, p.number) for p in ports(settings, svc.name)):
+            out.add(svc.name)
     return out
 
 
