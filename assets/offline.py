@@ -32,10 +32,6 @@ from fennel_dagster.metadata.registry import branch_jobs
 from fennel_dagster.wire import spec
 from resources import FennelSettings
 
-# a single-run backfill policy is what makes a date range one Spark replay; Dagster marks the
-# parameter beta, and the warning would greet every user on each code-location load
-warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
-
 EARLIEST = dt.date(2000, 1, 1)  # Dagster lists every date: no history before this one
 
 
@@ -73,17 +69,24 @@ def _offline_asset(
         deps.append(offline_key(branch, name) if derived else AssetKey(asset_path(branch, name)))
     name = ds.name
 
-    @asset(
-        key=offline_key(branch, name),
-        deps=deps,
-        partitions_def=partitions_of(ds, today),
-        backfill_policy=BackfillPolicy.single_run(),
-        group_name=f"offline_{asset_path(branch, name)[0]}",
-        kinds={"spark", "delta"},
-        description=f"{name}'s offline table (Delta, by event date): materialise a date range "
-        "to recompute it on Spark from its inputs' tables",
-        tags={"fennel/entity": "offline-table"},
-    )
+    # a single-run backfill policy is what makes a date range one Spark replay; Dagster marks
+    # the parameter beta, and the warning would greet every user on each code-location load
+    # (silenced here, where it is raised, whatever filters the caller has in place)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
+        offline_asset = asset(
+            key=offline_key(branch, name),
+            deps=deps,
+            partitions_def=partitions_of(ds, today),
+            backfill_policy=BackfillPolicy.single_run(),
+            group_name=f"offline_{asset_path(branch, name)[0]}",
+            kinds={"spark", "delta"},
+            description=f"{name}'s offline table (Delta, by event date): materialise a date "
+            "range to recompute it on Spark from its inputs' tables",
+            tags={"fennel/entity": "offline-table"},
+        )
+
+    @offline_asset
     def offline_table(
         context: AssetExecutionContext, fennel: FennelSettings, pyspark: LazyPySparkResource
     ) -> MaterializeResult:
