@@ -72,14 +72,15 @@ def _logs(args: argparse.Namespace) -> int:
 
 def _ports(args: argparse.Namespace) -> int:
     settings = get_settings()
+    ours = stack.running(settings)
     if args.reassign_busy:
-        for env, number in ports.reassign_busy(settings, stack.running(settings)).items():
+        for env, number in ports.reassign_busy(settings, ours).items():
             print(f"export {env}={number}")
         return 0
-    ours = stack.running(settings)
     for p in ports.ports(settings):
-        state = "free" if ports.bindable(settings.host, p.number) else "in use"
         if p.service in ours:
             state = "in use by this stack"
+        else:
+            state = "free" if ports.bindable(settings.host, p.number) else "in use"
         print(f"{p.service:<9} {p.number:<6} {p.env:<30} {state}")
     return 0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from fennel_dagster.settings import Settings
 from fennel_dagster.stack.kafka import Kafka
-from fennel_dagster.stack.ports import busy, busy_message, held_by, ports
+from fennel_dagster.stack.ports import busy, busy_message, holds_all, ports
 from fennel_dagster.stack.postgres import Postgres
 from fennel_dagster.stack.process import StackError
 from fennel_dagster.stack.registry import SchemaRegistry
@@ -126,7 +126,7 @@ def running(settings: Settings) -> set[str]:
     out = set()
     for svc in _select(settings, None):
         pid = svc.running_pid()
-        if pid is not None and all(held_by(pid, p.number) for p in ports(settings, svc.name)):
+        if pid is not None and holds_all(pid, [p.number for p in ports(settings, svc.name)]):
             out.add(svc.name)
     return out
 

@@ -59,9 +59,10 @@ def bindable(host: str, port: int) -> bool:
         return True
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """The socket inodes listening on ``port``, from the kernel's tables (Linux)."""
-    out = set()
+def _listening_inodes(numbers: Collection[int]) -> dict[int, set[str]]:
+    """The socket inodes listening on each of ``numbers``, from the kernel's tables (Linux):
+    each table read once, however many ports are asked."""
+    out: dict[int, set[str]] = {n: set() for n in numbers}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             rows = Path(table).read_text().splitlines()[1:]
@@ -69,27 +70,30 @@ def _listening_inodes(port: int) -> set[str]:
             continue
         for row in rows:
             f = row.split()
-            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                out.add(f[9])
+            port = int(f[1].rsplit(":", 1)[1], 16)
+            if f[3] == "0A" and port in out:  # 0A: LISTEN
+                out[port].add(f[9])
     return out
 
 
-def held_by(pid: int, port: int) -> bool:
-    """True when process ``pid`` is the one listening on ``port``."""
-    inodes = {f"socket:[{i}]" for i in _listening_inodes(port)}
-    if not inodes:
+def holds_all(pid: int, numbers: Collection[int]) -> bool:
+    """True when process ``pid`` is the one listening on every port of ``numbers``."""
+    listening = _listening_inodes(numbers)
+    if not all(listening.values()):
         return False
+    if not listening:  # nothing asked: as ``all`` of nothing
+        return True
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False
+    own = set()
     for fd in fds:
         try:
-            if os.readlink(fd) in inodes:
-                return True
+            own.add(os.readlink(fd))
         except OSError:
             continue
-    return False
+    return all(own & {f"socket:[{i}]" for i in inodes} for inodes in listening.values())
 
 
 def busy(settings: Settings, service: str) -> list[Port]:
