@@ -4,6 +4,9 @@ from fennel_dagster import dataset, field, pipeline, inputs, featureset, feature
 """
 
 from fennel_dagster import semantics as _semantics  # noqa: F401 - installs declare.semantics
+
+# Fennel code also writes ``from fennel import connectors`` then ``connectors.Webhook(...)``
+from fennel_dagster import sources as connectors  # noqa: E402 - after the names it re-exports
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.declare import (
     Dataset,
@@ -38,7 +41,7 @@ from fennel_dagster.wire.usercode import includes
 __all__ = [
     "ClientError", "CommitError", "CommitRejected", "Dataset", "DeclarationError",
     "DeclarationFailed", "EngineError", "ExecutionError", "Featureset", "FennelError",
-    "QueryError", "StackFailed", "Violation", "WireFailed", "commit_spec", "dataset",
+    "QueryError", "StackFailed", "Violation", "WireFailed", "commit_spec", "connectors", "dataset",
     "expectations", "extractor", "feature", "featureset", "field", "includes", "inputs", "meta",
     "outputs", "pipeline", "source",
 ]  # fmt: skip

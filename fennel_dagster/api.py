@@ -18,6 +18,7 @@ import pandas as pd
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
+from fennel_dagster.wire.spec import CommitSpec
 
 DatasetRef = str | type  # a dataset class, or its name
 FeatureRef = str | type  # "Featureset.feature", a featureset class (all its features), or a name
@@ -65,6 +66,31 @@ class Unsupported:
 
     def json(self) -> dict[str, object]:
         return {"error": self.reason}
+
+
+@dataclass(frozen=True)
+class Done:
+    """An HTTP-like answer (``status_code`` 200) to a call Fennel's clients answer with an
+    HTTP response (commit, the branch operations), for code that checks it: what was done,
+    and for a commit what was committed (``commit``)."""
+
+    message: str
+    commit: CommitSpec | None = None
+    status_code: int = 200
+    ok: bool = True
+
+    def json(self) -> dict[str, object]:
+        return {"message": self.message}
+
+
+class BranchName(str):
+    """The current branch's name, an attribute here and a method in Fennel's clients
+    (``client.branch()``): a ``str`` that also answers when called."""
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str(self)
 
 
 @runtime_checkable

@@ -160,8 +160,11 @@ class Node:
         ir_window = window.to_ir() if window is not None else None
         return self._b.add(spec.DedupNode(self._b.next_id(), self.id, cols, ir_window))
 
-    def explode(self, *columns: Any) -> Node:
-        return self._b.add(spec.ExplodeNode(self._b.next_id(), self.id, _names(columns, "")))
+    def explode(self, *names: Any, columns: Any = None) -> Node:
+        """``explode("a", "b")`` or Fennel's ``explode(columns=["a", "b"])``."""
+        if columns is not None:
+            names = (*names, *([columns] if isinstance(columns, str) else columns))
+        return self._b.add(spec.ExplodeNode(self._b.next_id(), self.id, _names(names, "")))
 
     def drop(self, *names: Any, columns: Any = None) -> Node:
         """``drop("a", "b")`` or Fennel's ``drop(columns=["a", "b"])``."""
@@ -175,8 +178,12 @@ class Node:
     def select(self, *columns: Any) -> Node:
         return self._b.add(spec.SelectNode(self._b.next_id(), self.id, _names(columns, "")))
 
-    def rename(self, mapping: dict[str, str]) -> Node:
-        pairs = tuple(sorted((str(k), str(v)) for k, v in mapping.items()))
+    def rename(
+        self, mapping: dict[str, str] | None = None, columns: dict[str, str] | None = None
+    ) -> Node:
+        """``rename({"a": "b"})`` or Fennel's ``rename(columns={"a": "b"})``."""
+        given = {**(mapping or {}), **(columns or {})}
+        pairs = tuple(sorted((str(k), str(v)) for k, v in given.items()))
         return self._b.add(spec.RenameNode(self._b.next_id(), self.id, pairs))
 
     def changelog(self, delete_column: str) -> Node:
@@ -195,7 +202,7 @@ class GroupBy:
 
     def aggregate(
         self,
-        *aggs: Aggregation,
+        *aggs: Aggregation | list[Aggregation],
         emit: str = "eager",
         along: str | None = None,
         **named: Aggregation,
@@ -203,7 +210,9 @@ class GroupBy:
         b = self._node._b
         where = f"{b.where} (aggregate)"
         items: list[tuple[str, Aggregation]] = []
-        for agg in aggs:
+        # Fennel takes them unpacked or as one list: aggregate(a, b) or aggregate([a, b])
+        flat = [a for x in aggs for a in (x if isinstance(x, list | tuple) else [x])]
+        for agg in flat:
             if not agg.into_field:
                 raise DeclarationError(
                     f"{where}: {type(agg).__name__}(...) passed positionally needs into_field=; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,9 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.api import (
+    BranchName,
     DatasetRef,
+    Done,
     FeatureRef,
     LogResult,
     Unsupported,
@@ -72,6 +75,15 @@ class MockClient:
         self._branches: dict[str, dict[str, Any]] = {}
         self._fresh()
 
+    @property
+    def branch(self) -> BranchName:
+        """The checked-out branch: ``client.branch``, or ``client.branch()`` as in Fennel."""
+        return self._branch
+
+    @branch.setter
+    def branch(self, name: str) -> None:
+        self._branch = BranchName(name)
+
     def _fresh(self) -> None:
         self.state = MemoryState()
         self.datasets: dict[str, spec.DatasetSpec] = {}
@@ -93,14 +105,15 @@ class MockClient:
         self._park()
         return list(self._branches)
 
-    def init_branch(self, name: str) -> None:
+    def init_branch(self, name: str) -> Done:
         if name in self.list_branches():
             raise MockError(f"branch {name!r} already exists: checkout({name!r}) to use it")
         self.branch = name
         self._fresh()
         self._park()
+        return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
+    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
         source = from_branch or self.branch
         known = self.list_branches()
         if name in known:
@@ -112,8 +125,9 @@ class MockClient:
         for a, v in copied.items():
             setattr(self, a, v)
         self._park()
+        return Done(f"cloned branch {source!r} into {name!r}")
 
-    def checkout(self, name: str, init: bool = False) -> None:
+    def checkout(self, name: str, init: bool = False) -> Done:
         known = self.list_branches()
         if name not in known:
             if not init:
@@ -121,13 +135,13 @@ class MockClient:
                     f"branch {name!r} does not exist: init_branch({name!r}) or "
                     f"checkout({name!r}, init=True) creates it"
                 )
-            self.init_branch(name)
-            return
+            return self.init_branch(name)
         self.branch = name
         for a, v in self._branches[name].items():
             setattr(self, a, v)
+        return Done(f"checked out branch {name!r}")
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str) -> Done:
         known = self.list_branches()
         if name == MAIN_BRANCH:
             raise MockError("the main branch cannot be deleted")
@@ -138,6 +152,19 @@ class MockClient:
             self.branch = MAIN_BRANCH
             for a, v in self._branches[MAIN_BRANCH].items():
                 setattr(self, a, v)
+        return Done(f"deleted branch {name!r}")
+
+    # ------------------------------------------------------------------ Fennel's test hooks
+
+    def sleep(self, seconds: float = 0) -> None:
+        """Fennel's wait for a server to catch up: the mock is caught up when ``log`` returns."""
+
+    def integration_mode(self) -> str:
+        return "mock"
+
+    def is_integration_client(self) -> bool:
+        """False: Fennel code branches on it to expect the mock's answers."""
+        return False
 
     # ------------------------------------------------------------------ commit
 
@@ -150,9 +177,10 @@ class MockClient:
         incremental: bool = False,
         env: str | None = None,
         backfill: bool = True,
-    ) -> spec.CommitSpec:
+    ) -> Done:
         """Validate and apply a commit; a new pipeline processes every row its inputs have
-        received so far (as the engine processes its inputs' retained history)."""
+        received so far (as the engine processes its inputs' retained history). The answer
+        carries what was committed (``.commit``; with ``preview``, what would be)."""
         commit = select_env(
             commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
         )
@@ -160,7 +188,7 @@ class MockClient:
         if not backfill:
             raise_for_backfill(self._new_pipelines(commit))
         if preview:
-            return commit
+            return Done(f"preview of {message!r}: valid", commit)
         if not incremental:
             self.datasets, self.featuresets = {}, {}
         for ds in commit.datasets:
@@ -188,7 +216,7 @@ class MockClient:
         serve_outside_runs(self._lookup)  # Fennel's tests call Dataset.lookup directly
         for cls in datasets:  # and log(Dataset, df) through the client that committed it
             cls.__fennel_mock_client__ = self  # type: ignore[attr-defined]
-        return commit
+        return Done(f"committed {message!r}", commit)
 
     def _new_pipelines(self, commit: spec.CommitSpec) -> list[str]:
         """Pipelines of ``commit`` with no isomorphic committed version (what back-fills)."""
@@ -501,6 +529,13 @@ def _validate(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> None
     errors = validate(commit, previous)
     if errors:
         raise CommitRejected(errors)
+
+
+def almost_equal(a: float, b: float, epsilon: float = 1e-6) -> bool:
+    """Fennel's test helper: ``a`` and ``b`` within ``epsilon`` (two NaNs are equal)."""
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return abs(a - b) < epsilon
 
 
 def log(dataset: type, df: pd.DataFrame) -> LogResult:

@@ -410,7 +410,7 @@ def test_env_selects_the_same_sources_in_the_server_and_the_mock() -> None:
         assert result.errors == ()
         sources = result.commit.datasets[0].sources
         assert [dict(s.connector.config)["endpoint"] for s in sources] == [endpoint]
-        mocked = MockClient().commit("e", _env_graph(), env=env)
+        mocked = MockClient().commit("e", _env_graph(), env=env).commit
         assert mocked.datasets[0].sources == sources
         jobs = jobs_of(result.blueprints)
         assert [j.webhook.endpoint for j in jobs

@@ -136,7 +136,8 @@ def test_commit_runs_validation_and_reports_every_error() -> None:
 def test_mock_decorator_hands_a_fresh_client(client: MockClient) -> None:
     assert client.datasets == {}
     committed = client.commit("v1", DATASETS, FEATURESETS, preview=True)
-    assert committed == commit_spec("v1", DATASETS, FEATURESETS) and client.datasets == {}
+    assert committed.commit == commit_spec("v1", DATASETS, FEATURESETS) and client.datasets == {}
+    assert committed.status_code == 200  # Fennel code checks the answer's status
 
 
 def test_query_offline_takes_fennels_arguments_too(client: MockClient) -> None:

@@ -1,0 +1,167 @@
+"""Fennel's API as Fennel's own client tests use it (``fennel/client_tests``, run with only
+their imports changed by ``tools/fennel_compat.py --examples fennel/client_tests``): the
+vendored ``requests``, the mock's test hooks, ``explode(columns=...)``, ``aggregate([...])``
+and ``bucketize``."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+
+from fennel_dagster import dataset, field, inputs, pipeline
+from fennel_dagster.aggregate import Count, Sum
+from fennel_dagster.declare.errors import DeclarationError
+from fennel_dagster.dtypes import Continuous, Hopping, Tumbling, Window
+from fennel_dagster.lib import bucketize
+from fennel_dagster.mock import MockClient
+from fennel_dagster.sources import Webhook, source
+
+__owner__ = "compat@example.com"
+
+WEBHOOK = Webhook(name="fennel_webhook")
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def test_the_vendored_requests_is_the_requests_package_and_log_answers_its_codes() -> None:
+    import fennel_dagster._vendor.requests as vendored
+
+    from fennel_dagster._vendor import requests
+
+    assert vendored is requests
+    assert requests.codes.OK == 200
+
+    @source(WEBHOOK.endpoint("Ping"), disorder="1d", cdc="append")
+    @dataset
+    class Ping:
+        uid: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Ping])
+    response = client.log("fennel_webhook", "Ping", pd.DataFrame({"uid": [1], "ts": [T0]}))
+    assert response.status_code == requests.codes.OK, response.json()
+
+
+def test_the_mock_answers_fennels_test_hooks() -> None:
+    from fennel_dagster import connectors
+    from fennel_dagster.mock import almost_equal
+
+    client = MockClient()
+    assert client.is_integration_client() is False
+    assert client.integration_mode() == "mock"
+    assert client.sleep() is None and client.sleep(5) is None  # caught up when log returns
+    assert connectors.Webhook is Webhook  # ``from fennel import connectors``
+    assert almost_equal(0.1 + 0.2, 0.3) and almost_equal(float("nan"), float("nan"))
+    assert not almost_equal(1.0, 1.001) and not almost_equal(1.0, float("nan"))
+
+
+def test_explode_by_keyword_and_aggregations_as_one_list_equal_their_other_spellings() -> None:
+    @source(WEBHOOK.endpoint("Basket"), disorder="1d", cdc="append")
+    @dataset
+    class Basket:
+        uid: int
+        items: list[int]
+        ts: datetime
+
+    def body(b, keyword: bool):  # type: ignore[no-untyped-def]
+        rows = b.explode(columns=["items"]) if keyword else b.explode("items")
+        rows = rows.dropnull("items")
+        rows = rows.rename(columns={"items": "item"}) if keyword else rows.rename({"items": "item"})
+        n = Count(window=Continuous("forever"), into_field="n")
+        total = Sum(of="item", window=Continuous("forever"), into_field="total")
+        group = rows.groupby("uid")
+        return group.aggregate([n, total]) if keyword else group.aggregate(n, total)
+
+    @dataset(index=True)
+    class SpendK:
+        uid: int = field(key=True)
+        n: int
+        total: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Basket)
+        def agg(cls, b):  # type: ignore[no-untyped-def]
+            return body(b, keyword=True)
+
+    @dataset(index=True)
+    class SpendP:
+        uid: int = field(key=True)
+        n: int
+        total: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Basket)
+        def agg(cls, b):  # type: ignore[no-untyped-def]
+            return body(b, keyword=False)
+
+    client = MockClient()
+    client.commit("v1", datasets=[Basket, SpendK, SpendP])
+    client.log("fennel_webhook", "Basket", pd.DataFrame(
+        {"uid": [1, 2, 1], "items": [[1, 2], [5], [3]], "ts": [T0, T0, T0 + timedelta(1)]}
+    ))  # fmt: skip
+    keys = pd.DataFrame({"uid": [1, 2, 3]})
+    got_k, found_k = client.lookup("SpendK", keys=keys)
+    got_p, found_p = client.lookup("SpendP", keys=keys)
+    assert found_k.tolist() == found_p.tolist() == [True, True, False]
+    assert got_k["n"].tolist()[:2] == got_p["n"].tolist()[:2] == [3, 1]
+    assert got_k["total"].tolist()[:2] == got_p["total"].tolist()[:2] == [6, 5]
+
+
+def _fennels_bucket(ts: datetime, size: int, stride: int) -> tuple[int, int]:
+    """Fennel's rule, as its helper walks it: from the window holding ``ts``, step back a
+    stride at a time until the window has ended (whole seconds)."""
+    now = int(ts.timestamp())
+    start = ((now - size) // stride + 1) * stride
+    end = start + size
+    while end > now:
+        start, end = start - stride, end - stride
+    return start, end
+
+
+def test_bucketize_gives_the_window_that_ended_last_as_fennels_rule_does() -> None:
+    rng = random.Random(7)
+    for _ in range(3000):
+        size = rng.choice([10, 60, 3600, 86400])
+        stride = rng.choice([s for s in (1, 3, 7, 10, 60, 3600, 86400) if s <= size])
+        at = T0 + timedelta(seconds=rng.uniform(-1e8, 1e8))
+        spelled = [Hopping(f"{size}s", f"{stride}s"), (f"{size}s", f"{stride}s")]
+        if size == stride:
+            spelled += [Tumbling(f"{size}s"), f"{size}s"]
+        want = _fennels_bucket(at, size, stride)
+        for window in spelled:
+            got = bucketize(at, window)
+            assert isinstance(got, Window)
+            assert (int(got.begin.timestamp()), int(got.end.timestamp())) == want, (at, window)
+    # a naive time is UTC; a window that ends at the time itself has ended
+    assert bucketize(datetime(2023, 1, 16, 11, 0, 10), "10s") == Window(
+        begin=datetime(2023, 1, 16, 11, 0, 0, tzinfo=UTC),
+        end=datetime(2023, 1, 16, 11, 0, 10, tzinfo=UTC),
+    )
+    with pytest.raises(DeclarationError, match="bucketize"):
+        bucketize(T0, 10)  # type: ignore[arg-type]
+
+
+def test_commit_and_branch_calls_answer_as_responses_and_branch_is_also_a_method() -> None:
+    @source(WEBHOOK.endpoint("Seen"), disorder="1d", cdc="append")
+    @dataset
+    class Seen:
+        uid: int
+        ts: datetime
+
+    client = MockClient()
+    committed = client.commit("v1", datasets=[Seen])
+    assert committed.status_code == 200 and committed.ok
+    assert committed.commit is not None and [d.name for d in committed.commit.datasets] == ["Seen"]
+    assert client.clone_branch("dev", from_branch="main").status_code == 200
+    assert client.branch == "dev" and client.branch() == "dev"  # ours, and Fennel's spelling
+    assert client.checkout("main").status_code == 200 and client.branch() == "main"
+    assert client.init_branch("empty").status_code == 200 and client.list_branches() == [
+        "main", "dev", "empty"
+    ]  # fmt: skip
+    assert client.delete_branch("empty").json() == {"message": "deleted branch 'empty'"}
+    assert client.branch() == "main"
