@@ -15,7 +15,7 @@ from fennel_dagster.declare import semantics
 from fennel_dagster.declare.aggregate import Aggregation
 from fennel_dagster.declare.dtypes import python_type, to_dtype
 from fennel_dagster.declare.errors import DeclarationError
-from fennel_dagster.declare.expr import Expr
+from fennel_dagster.declare.expr import Expr, col
 from fennel_dagster.declare.window import Session, Tumbling, Window, duration
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import capture
@@ -186,8 +186,27 @@ class Node:
         pairs = tuple(sorted((str(k), str(v)) for k, v in given.items()))
         return self._b.add(spec.RenameNode(self._b.next_id(), self.id, pairs))
 
-    def changelog(self, delete_column: str) -> Node:
-        return self._b.add(spec.ChangelogNode(self._b.next_id(), self.id, delete_column))
+    def changelog(
+        self,
+        delete_column: str | None = None,
+        *,
+        delete: str | None = None,
+        insert: str | None = None,
+    ) -> Node:
+        """Upserts as an append stream with a flag column: ``changelog("deleted")`` or Fennel's
+        ``changelog(delete="deleted")`` (True on a retraction), or ``changelog(insert="ins")``
+        (True on an insert: the same stream with the flag negated)."""
+        given = [c for c in (delete_column, delete, insert) if c is not None]
+        if len(given) != 1:
+            raise DeclarationError(
+                f"{self._where('changelog')}: name the flag column once: "
+                "changelog(delete='deleted') or changelog(insert='inserted')"
+            )
+        flag = given[0]
+        out = self._b.add(spec.ChangelogNode(self._b.next_id(), self.id, flag))
+        if insert is None:
+            return out
+        return out.assign(**{flag: (~col(flag)).astype(bool)})
 
     def union(self, *others: Node) -> Node:
         return self._b.add(spec.UnionNode(self._b.next_id(), (self.id, *(o.id for o in others))))

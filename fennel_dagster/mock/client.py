@@ -244,11 +244,13 @@ class MockClient:
 
     def log(
         self,
-        target: DatasetRef,
-        endpoint_or_df: str | pd.DataFrame,
+        webhook: DatasetRef,
+        endpoint: str | pd.DataFrame,
         df: pd.DataFrame | None = None,
     ) -> LogResult:
-        """``log("webhook", "endpoint", df)`` like Fennel, or ``log(Dataset, df)``."""
+        """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
+        ``log(Dataset, df)``."""
+        target, endpoint_or_df = webhook, endpoint
         if df is None:
             if not isinstance(endpoint_or_df, pd.DataFrame):
                 raise MockError(
@@ -404,6 +406,12 @@ class MockClient:
 
     # ------------------------------------------------------------------ read path
 
+    def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
+        """Fennel's look at a dataset's rows: at most ``n`` of them, the newest (Fennel's
+        mock samples ``n`` at random; the newest are what a reader checks first)."""
+        df = self.get_dataset_df(dataset)
+        return df if len(df) <= n else df.iloc[len(df) - n :].reset_index(drop=True)
+
     def get_dataset_df(self, name: DatasetRef) -> pd.DataFrame:
         ds = self._dataset(dataset_name(name))
         parts = self._rows.get(ds.name) or []
@@ -529,6 +537,20 @@ def _validate(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> None
     errors = validate(commit, previous)
     if errors:
         raise CommitRejected(errors)
+
+
+class InternalTestClient:
+    """Fennel's test client that renders commits as Fennel's protobuf sync requests (for
+    tests of Fennel's own wire format). fennel_dagster has no such format: it refuses, by
+    name, rather than answer with something else; ``MockClient().commit(..., preview=True)``
+    validates and renders a commit here."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise ClientError(
+            "InternalTestClient renders Fennel's protobuf sync requests, a wire format "
+            "fennel_dagster does not have: check a commit with "
+            "MockClient().commit(message, datasets=..., preview=True) instead"
+        )
 
 
 def almost_equal(a: float, b: float, epsilon: float = 1e-6) -> bool:

@@ -19,7 +19,6 @@ import ast
 import inspect
 import linecache
 import sys
-import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -49,7 +48,7 @@ def capture(fn: Callable[..., Any]) -> UserCode:
     if fn.__name__ == "<lambda>":
         return UserCode(source=_lambda_source(fn), entrypoint="", preamble=_preamble(fn))
     try:
-        text = textwrap.dedent(inspect.getsource(fn))
+        text = _dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
         raise UserCodeError(
             f"cannot read the source of {fn.__qualname__}: define it in a .py file "
@@ -61,6 +60,16 @@ def capture(fn: Callable[..., Any]) -> UserCode:
         raise UserCodeError(f"{fn.__qualname__}: expected a def, found {type(node).__name__}")
     node.decorator_list = []
     return UserCode(source=ast.unparse(node), entrypoint=node.name, preamble=_preamble(fn))
+
+
+def _dedent(text: str) -> str:
+    """A nested def's source moved to column 0: its first line's indentation removed from
+    every line that has it. Unlike ``textwrap.dedent``, a comment at a shallower column (a
+    line the tokenizer ignores) does not stop the rest from moving."""
+    lines = text.splitlines(keepends=True)
+    first = lines[0] if lines else ""
+    indent = first[: len(first) - len(first.lstrip())]
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
 
 
 def _lambda_source(fn: Any) -> str:

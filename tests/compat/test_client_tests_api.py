@@ -165,3 +165,66 @@ def test_commit_and_branch_calls_answer_as_responses_and_branch_is_also_a_method
     ]  # fmt: skip
     assert client.delete_branch("empty").json() == {"message": "deleted branch 'empty'"}
     assert client.branch() == "main"
+
+
+def test_changelog_by_delete_or_insert_flag_inspect_and_log_by_keyword() -> None:
+    @source(WEBHOOK.endpoint("City"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class City:
+        uid: int = field(key=True)
+        city: str
+        ts: datetime
+
+    @dataset
+    class Deletes:
+        uid: int
+        city: str
+        deleted: bool
+        ts: datetime
+
+        @pipeline
+        @inputs(City)
+        def log(cls, c):  # type: ignore[no-untyped-def]
+            return c.changelog(delete="deleted")
+
+    @dataset
+    class Inserts:
+        uid: int
+        city: str
+        inserted: bool
+        ts: datetime
+
+        @pipeline
+        @inputs(City)
+        def log(cls, c):  # type: ignore[no-untyped-def]
+            return c.changelog(insert="inserted")
+
+    client = MockClient()
+    client.commit("v1", datasets=[City, Deletes, Inserts])
+    rows = pd.DataFrame({"uid": [1, 2, 1], "city": ["Paris", "Rome", "Lyon"],
+                         "ts": [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=5)]})  # fmt: skip
+    client.log(webhook="fennel_webhook", endpoint="City", df=rows)  # Fennel's keyword names
+    deletes = client.get_dataset_df("Deletes")
+    inserts = client.get_dataset_df("Inserts")
+    want = [("Paris", False), ("Rome", False), ("Paris", True), ("Lyon", False)]
+    assert list(zip(deletes["city"], deletes["deleted"], strict=True)) == want
+    assert list(zip(inserts["city"], inserts["inserted"], strict=True)) == [
+        (c, not d) for c, d in want
+    ]
+    assert inserts["inserted"].dtype == deletes["deleted"].dtype  # the same typed column
+    newest = client.inspect("Deletes", n=2)
+    assert list(newest["city"]) == ["Paris", "Lyon"]  # the newest two rows
+    assert len(client.inspect(Deletes)) == 4  # fewer than n: all of them
+    with pytest.raises(DeclarationError, match="name the flag column once"):
+
+        @dataset
+        class Both:
+            uid: int
+            city: str
+            deleted: bool
+            ts: datetime
+
+            @pipeline
+            @inputs(City)
+            def log(cls, c):  # type: ignore[no-untyped-def]
+                return c.changelog(delete="deleted", insert="deleted")
