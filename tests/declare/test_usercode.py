@@ -66,3 +66,20 @@ def test_captured_code_runs_in_a_fresh_interpreter_without_the_repo_module(tmp_p
         [sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == [10.0]
+
+
+class _Holder:
+    # fmt: off
+    @staticmethod
+    def nested(df: pd.DataFrame) -> pd.Series:
+        doubled = df["a"] * 2
+#       a comment at column 0 inside a nested def (Fennel's own tests have one)
+        return doubled + 1
+    # fmt: on
+
+
+def test_a_nested_def_with_a_comment_at_column_0_ships_and_runs() -> None:
+    code = capture(_Holder.nested)
+    assert code.source.startswith("def nested(") and "comment" not in code.source
+    fn = load(decode(encode(code)))
+    assert fn(pd.DataFrame({"a": [1, 2]})).tolist() == [3, 5]
