@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from fennel_dagster.ops.limits import parse_timestamp
 from fennel_dagster.wire import spec
 
 
@@ -109,6 +110,9 @@ def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
     base = base_type(dtype)
     match base:
         case spec.TimestampType():
+            if any(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                # epoch seconds, which the schema check accepts beside ISO text
+                values = [None if v is None else parse_timestamp(v) for v in values]
             return pd.Series(
                 pd.to_datetime(values, utc=True, format="ISO8601"), dtype="datetime64[ns, UTC]"
             )

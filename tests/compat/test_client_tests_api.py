@@ -228,3 +228,21 @@ def test_changelog_by_delete_or_insert_flag_inspect_and_log_by_keyword() -> None
             @inputs(City)
             def log(cls, c):  # type: ignore[no-untyped-def]
                 return c.changelog(delete="deleted", insert="deleted")
+
+
+def test_epoch_seconds_log_as_the_same_times_as_iso_text() -> None:
+    @source(WEBHOOK.endpoint("Stamp"), disorder="1000d", cdc="append")
+    @dataset
+    class Stamp:
+        uid: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Stamp])
+    epoch = int(T0.timestamp())
+    assert client.log("fennel_webhook", "Stamp", pd.DataFrame(
+        {"uid": [1, 2], "ts": [epoch, epoch + 90]}
+    )).status_code == 200  # fmt: skip
+    client.log("fennel_webhook", "Stamp", pd.DataFrame({"uid": [3], "ts": [T0.isoformat()]}))
+    got = client.get_dataset_df("Stamp").sort_values("uid")
+    assert got["ts"].tolist() == [T0, T0 + timedelta(seconds=90), T0]
