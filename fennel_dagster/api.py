@@ -114,7 +114,7 @@ class FeatureClient(Protocol):
         keys: pd.DataFrame,
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
-    ) -> tuple[pd.DataFrame, pd.Series]: ...
+    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]: ...
 
     def query(
         self,
@@ -128,6 +128,16 @@ class FeatureClient(Protocol):
         workflow: str | None = None,
         sampling_rate: float | None = None,
     ) -> pd.DataFrame: ...
+
+
+def answer_shape(
+    data: pd.DataFrame, found: pd.Series, fields: list[str] | None
+) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
+    """A client lookup's answer as Fennel's clients give it: one field asked, its column (a
+    Series named for it); otherwise the rows."""
+    if fields is not None and len(fields) == 1:
+        return data[fields[0]].rename(fields[0]), found
+    return data, found
 
 
 def dataset_name(dataset: DatasetRef) -> str:

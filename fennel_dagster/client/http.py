@@ -17,6 +17,7 @@ from fennel_dagster.api import (
     DatasetRef,
     FeatureRef,
     LogResult,
+    answer_shape,
     dataset_name,
     feature_name,
     input_frame,
@@ -158,7 +159,7 @@ class Client:
         keys: pd.DataFrame,
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
-    ) -> tuple[pd.DataFrame, pd.Series]:
+    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
         keys = pd.DataFrame(keys).reset_index(drop=True)
         body: dict[str, Any] = {"keys": {c: json_column(keys[c]) for c in keys.columns},
                                 "fields": fields or []}  # fmt: skip
@@ -167,7 +168,8 @@ class Client:
         name = dataset_name(dataset)
         reply = self._call("POST", f"/api/v1/dataset/{name}/lookup", json=body,
                            params={"typed": "true"})  # fmt: skip
-        return _typed(reply["data"], reply["types"]), pd.Series(reply["found"], dtype=bool)
+        data = _typed(reply["data"], reply["types"])
+        return answer_shape(data, pd.Series(reply["found"], dtype=bool), fields)
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/graphql",

@@ -22,6 +22,7 @@ from fennel_dagster.api import (
     DatasetRef,
     FeatureRef,
     LogResult,
+    answer_shape,
     dataset_name,
     feature_name,
     input_frame,
@@ -234,15 +235,18 @@ class LocalClient:
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
         timeout: float = 10.0,
-    ) -> tuple[pd.DataFrame, pd.Series]:
+    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
         """Point-in-time lookup of a keyed dataset on this branch, from the engines.
 
         Each key goes to the engine that owns its partition of the dataset's serving job;
-        returns (rows with the dataset's fields, a boolean Series: was the key found).
-        ``timestamps`` default to now; a row is the key's value as of its timestamp.
+        returns (rows with the dataset's fields, or the one field's column when one is
+        asked, as Fennel answers; a boolean Series: was the key found). ``timestamps``
+        default to now; a row is the key's value as of its timestamp.
         """
         keys = pd.DataFrame(keys).reset_index(drop=True)
-        return self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields, timeout)
+        name = dataset_name(dataset)
+        data, found = self._lookup(name, now_for(keys, timestamps), keys, fields, timeout)
+        return answer_shape(data, found, fields)
 
     def _lookup(
         self,

@@ -24,6 +24,7 @@ from fennel_dagster.api import (
     FeatureRef,
     LogResult,
     Unsupported,
+    answer_shape,
     dataset_name,
     feature_name,
     input_frame,
@@ -426,9 +427,12 @@ class MockClient:
         keys: pd.DataFrame,
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
-    ) -> tuple[pd.DataFrame, pd.Series]:
+    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
+        """The dataset's rows for ``keys`` as of ``timestamps`` (default now), and whether
+        each key was found; one field asked, its column alone, as Fennel answers."""
         keys = keys.reset_index(drop=True)
-        return self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields)
+        data, found = self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields)
+        return answer_shape(data, found, fields)
 
     def _lookup(
         self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None

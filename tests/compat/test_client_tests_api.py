@@ -246,3 +246,27 @@ def test_epoch_seconds_log_as_the_same_times_as_iso_text() -> None:
     client.log("fennel_webhook", "Stamp", pd.DataFrame({"uid": [3], "ts": [T0.isoformat()]}))
     got = client.get_dataset_df("Stamp").sort_values("uid")
     assert got["ts"].tolist() == [T0, T0 + timedelta(seconds=90), T0]
+
+
+def test_a_lookup_of_one_field_answers_its_column_as_fennels_clients_do() -> None:
+    @source(WEBHOOK.endpoint("Person"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class Person:
+        uid: int = field(key=True)
+        name: str
+        age: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Person])
+    client.log("fennel_webhook", "Person", pd.DataFrame(
+        {"uid": [1, 2], "name": ["Ross", "Monica"], "age": [30, 29], "ts": [T0, T0]}
+    ))  # fmt: skip
+    keys = pd.DataFrame({"uid": [2, 9]})
+    name, found = client.lookup("Person", keys=keys, fields=["name"])
+    assert isinstance(name, pd.Series) and name.name == "name"
+    assert name.tolist()[0] == "Monica" and found.tolist() == [True, False]
+    both, _ = client.lookup("Person", keys=keys, fields=["name", "age"])
+    assert isinstance(both, pd.DataFrame) and list(both.columns) == ["name", "age"]
+    whole, _ = client.lookup("Person", keys=keys)
+    assert isinstance(whole, pd.DataFrame) and "uid" in whole.columns
