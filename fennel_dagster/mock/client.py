@@ -407,6 +407,14 @@ class MockClient:
 
     # ------------------------------------------------------------------ read path
 
+    def get_datasets(self) -> list[spec.DatasetSpec]:
+        """The checked-out branch's committed datasets (their definitions), in commit order."""
+        return list(self.datasets.values())
+
+    def get_featuresets(self) -> list[spec.FeaturesetSpec]:
+        """The checked-out branch's committed featuresets (their definitions)."""
+        return list(self.featuresets.values())
+
     def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
         """Fennel's look at a dataset's rows: at most ``n`` of them, the newest (Fennel's
         mock samples ``n`` at random; the newest are what a reader checks first)."""

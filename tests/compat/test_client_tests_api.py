@@ -165,6 +165,9 @@ def test_commit_and_branch_calls_answer_as_responses_and_branch_is_also_a_method
     ]  # fmt: skip
     assert client.delete_branch("empty").json() == {"message": "deleted branch 'empty'"}
     assert client.branch() == "main"
+    assert [d.name for d in client.get_datasets()] == ["Seen"] and client.get_featuresets() == []
+    client.checkout("dev")
+    assert client.get_datasets() == list(committed.commit.datasets)  # the clone's own copy
 
 
 def test_changelog_by_delete_or_insert_flag_inspect_and_log_by_keyword() -> None:
