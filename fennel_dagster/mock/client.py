@@ -340,7 +340,7 @@ class MockClient:
 
     # ------------------------------------------------------------------ erase
 
-    def erase(self, dataset: DatasetRef, erase_keys: pd.DataFrame) -> None:
+    def erase(self, dataset: DatasetRef, erase_keys: pd.DataFrame) -> Done:
         """Fennel's ``erase``: hard-erase the rows of ``dataset`` whose erase-key fields
         (``field(key=True, erase_key=True)``) hold one of the rows of ``erase_keys``. They go
         from the dataset's rows and index now, and rows with those keys logged later are
@@ -394,6 +394,7 @@ class MockClient:
                 if tuple(rec.get(k) for k in ds.erase_keys) in erased:
                     wb.delete(ns, key)
             self.state.apply(wb)
+        return Done(f"erased {len(typed)} key(s) of {ds.name}")
 
     def _without_erased(self, ds: spec.DatasetSpec, rows: pd.DataFrame) -> pd.DataFrame:
         erased = self._erased.get(ds.name)

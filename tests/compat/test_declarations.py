@@ -236,7 +236,8 @@ def test_erase_removes_a_keys_rows_now_and_drops_them_when_logged_later() -> Non
     rows = pd.DataFrame({"uid": [1, 1, 2], "region": ["eu", "us", "eu"], "amount": [10, 20, 30],
                          "ts": [T0, T0, T0]})  # fmt: skip
     client.log("decl_hook", "Txn", rows)
-    client.erase(txn, erase_keys=pd.DataFrame({"uid": [1, 7]}))
+    answer = client.erase(txn, erase_keys=pd.DataFrame({"uid": [1, 7]}))
+    assert answer.status_code == 200  # Fennel code checks the answer
     keys = pd.DataFrame({"uid": [1, 1, 2], "region": ["eu", "us", "eu"]})
     _, found = client.lookup("Txn", keys=keys, timestamps=pd.Series([T0 + DAY] * 3))
     assert found.tolist() == [False, False, True]
