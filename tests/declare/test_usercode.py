@@ -73,7 +73,7 @@ class _Holder:
     @staticmethod
     def nested(df: pd.DataFrame) -> pd.Series:
         doubled = df["a"] * 2
-#       a comment at column 0 inside a nested def (Fennel's own tests have one)
+    #       a comment at column 0 inside a nested def (Fennel's own tests have one)
         return doubled + 1
     # fmt: on
 
