@@ -6,7 +6,7 @@ from fennel_dagster import dataset, field, pipeline, inputs, featureset, feature
 from fennel_dagster import semantics as _semantics  # noqa: F401 - installs declare.semantics
 
 # Fennel code also writes ``from fennel import connectors`` then ``connectors.Webhook(...)``
-from fennel_dagster import sources as connectors  # noqa: E402 - after the names it re-exports
+from fennel_dagster import sources as connectors
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.declare import (
     Dataset,

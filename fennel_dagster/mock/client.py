@@ -251,24 +251,23 @@ class MockClient:
     ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
         ``log(Dataset, df)``."""
-        target, endpoint_or_df = webhook, endpoint
         if df is None:
-            if not isinstance(endpoint_or_df, pd.DataFrame):
+            if not isinstance(endpoint, pd.DataFrame):
                 raise MockError(
-                    f"log({target!r}, {endpoint_or_df!r}) has no rows: pass a DataFrame, as "
+                    f"log({webhook!r}, {endpoint!r}) has no rows: pass a DataFrame, as "
                     "log(Dataset, df) or log('webhook', 'endpoint', df)"
                 )
             return self._checked(
-                self._ingest(self._dataset(dataset_name(target)), endpoint_or_df, from_source=True)
+                self._ingest(self._dataset(dataset_name(webhook)), endpoint, from_source=True)
             )
         hits = [
             (ds, s) for ds in self.datasets.values() for s in ds.sources
-            if s.connector.kind == "webhook" and s.connector.name == target
-            and dict(s.connector.config).get("endpoint") == endpoint_or_df
+            if s.connector.kind == "webhook" and s.connector.name == webhook
+            and dict(s.connector.config).get("endpoint") == endpoint
         ]  # fmt: skip
         if not hits:
             raise MockError(
-                f"no committed dataset has a source Webhook(name={target!r}).endpoint({endpoint_or_df!r})"
+                f"no committed dataset has a source Webhook(name={webhook!r}).endpoint({endpoint!r})"
             )
         results = [self._ingest(ds, df, from_source=True, sources=[src]) for ds, src in hits]
         return self._checked(LogResult(sum(r.accepted for r in results),
