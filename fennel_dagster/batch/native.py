@@ -24,6 +24,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 
 from fennel_dagster.batch import sorted_pass
 from fennel_dagster.batch.expr import spark_type
+from fennel_dagster.ops.aggregate.lookup import is_continuous
 from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.wire import spec
@@ -58,6 +59,8 @@ def _all_in_jvm(node: spec.AggregateNode, types: dict[str, spec.DType]) -> bool:
 
 
 def eligible(node: spec.AggregateNode, fields_in: list[spec.FieldSpec]) -> bool:
+    if not is_continuous(node):
+        return False
     types = {f.name: f.dtype for f in fields_in}
     return _all_in_jvm(node, types) or sorted_pass.takes(node, types)
 

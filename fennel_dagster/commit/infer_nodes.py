@@ -268,6 +268,9 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
         if isinstance(s.types[k], spec.OptionalType):
             s.report(f"groupby key {k!r} is Optional", f"dropnull({k!r}) before groupby")
     out = [spec.FieldSpec(k, s.types[k], key=True) for k in gkeys]
+    if node.window is not None:
+        _infer_window_key(node, node.window, s)
+        out.append(spec.FieldSpec(spec.WINDOW_FIELD, spec.WINDOW_TYPE, key=True))
     for a in aggs:
         if a.kind == "exp_decay":
             out.append(spec.FieldSpec(a.into, _exp_decay_type(a, s)))
@@ -286,6 +289,22 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
     # the output's time keeps the input's name; with along= it holds the along times
     out.append(spec.FieldSpec(s.ts, spec.TimestampType(), timestamp=True))
     return out
+
+
+def _infer_window_key(node: spec.AggregateNode, w: spec.WindowSpec, s: Stream) -> None:
+    """``groupby(..., window=...)``: a stream's rows fall into windows; a keyed dataset's
+    rows are versions, which windows of event time do not describe."""
+    if s.keys:
+        s.report(f"groupby(..., window=...) over a keyed dataset (keys {s.keys})",
+                 "window the stream the keyed dataset is made from, or aggregate with a "
+                 "continuous window")  # fmt: skip
+    if spec.WINDOW_FIELD in node.keys:
+        s.report(f"groupby key {spec.WINDOW_FIELD!r} clashes with the window key of window=",
+                 f"rename the column {spec.WINDOW_FIELD!r} before the groupby")  # fmt: skip
+    if w.kind == "session" and not w.gap:
+        s.report("groupby(..., window=Session(...)) has no gap", "give Session('30m')-style gap")
+    if w.kind in ("tumbling", "hopping") and (w.duration or 0) <= 0:
+        s.report("groupby(..., window=...) has a window of no length", "give a positive duration")
 
 
 def _exp_decay_type(a: spec.AggSpec, s: Stream) -> spec.DType:

@@ -90,7 +90,7 @@ def check_pipeline(ds: spec.DatasetSpec, p: spec.PipelineSpec) -> Iterable[Viola
                 "left_on and right_on differ in length",
                 "pair every left column with a right one",
             )
-        if isinstance(node, spec.AggregateNode) and not node.aggs:
+        if isinstance(node, spec.AggregateNode) and not node.aggs and node.window is None:
             yield Violation(entity, where, "aggregates nothing", "give at least one aggregation")
         seen.add(node.id)
     if p.output not in seen:

@@ -16,7 +16,7 @@ from fennel_dagster.declare.aggregate import Aggregation
 from fennel_dagster.declare.dtypes import python_type, to_dtype
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.declare.expr import Expr, col
-from fennel_dagster.declare.window import Session, Tumbling, Window, duration
+from fennel_dagster.declare.window import Hopping, Session, Tumbling, Window, duration
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import capture
 
@@ -151,6 +151,12 @@ class Node:
         names = _names(keys, "")
         if not names:
             raise DeclarationError(f"{self._where('groupby')}: name at least one key field")
+        if window is not None and not isinstance(window, Tumbling | Hopping | Session):
+            raise DeclarationError(
+                f"{self._where('groupby')}: window= keys rows by a Tumbling, Hopping or "
+                f"Session window, not {type(window).__name__}; give a continuous window to "
+                "each aggregation instead"
+            )
         return GroupBy(self, names, window)
 
     def dedup(self, by: list[str] | str | None = None, window: Window | None = None) -> Node:
@@ -239,15 +245,26 @@ class GroupBy:
                 )
             items.append((agg.into_field, agg))
         items.extend(sorted(named.items()))
-        if not items:
-            raise DeclarationError(f"{where}: give at least one aggregation")
+        window = self._window.to_ir() if self._window is not None else None
+        if not items and window is None:
+            raise DeclarationError(
+                f"{where}: give at least one aggregation (only groupby(..., window=...) may "
+                "aggregate nothing: its rows are the windows themselves)"
+            )
         if emit not in ("eager", "final"):
             raise DeclarationError(f"{where}: emit={emit!r}; use 'eager' or 'final'")
         specs = []
         for into, agg in items:
             if agg.window is None and self._window is not None:
                 agg.window = self._window
-            specs.append(agg.to_ir(into, where))
+            out = agg.to_ir(into, where)
+            if window is not None and out.window != window:
+                raise DeclarationError(  # Fennel's wording first
+                    f"Window in spec : `{into}` not be different from default window set in "
+                    f"groupby: {where}: leave {type(agg).__name__}(window=...) out, the "
+                    "groupby's window applies to every aggregation"
+                )
+            specs.append(out)
         node = spec.AggregateNode(
             b.next_id(),
             self._node.id,
@@ -255,13 +272,23 @@ class GroupBy:
             tuple(specs),
             "eager" if emit == "eager" else "final",
             along,  # type: ignore[arg-type]
+            window=window,
         )
         return b.add(node)
 
     def first(self) -> Node:
         b = self._node._b
+        self._no_window("first")
         return b.add(spec.FirstNode(b.next_id(), self._node.id, self._keys))
 
     def latest(self) -> Node:
         b = self._node._b
+        self._no_window("latest")
         return b.add(spec.LatestNode(b.next_id(), self._node.id, self._keys))
+
+    def _no_window(self, op: str) -> None:
+        if self._window is not None:
+            raise DeclarationError(
+                f"{self._node._b.where} ({op}): groupby(..., window=...) takes only "
+                f"aggregate(); drop window= to take the {op} row of each key"
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -24,9 +25,19 @@ def base_type(t: spec.DType) -> spec.DType:
     return t
 
 
+def struct_fields(v: Any) -> dict[str, Any] | None:
+    """A ``@struct`` instance's fields (a Window from ``bucketize``, a user's struct), None
+    for any other value: structs travel as objects of their fields."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    return None
+
+
 def json_value(v: Any) -> Any:
     if v is None:
         return None
+    if (fields := struct_fields(v)) is not None:
+        return {k: json_value(x) for k, x in fields.items()}
     if isinstance(v, pd.Timestamp):
         return (
             None

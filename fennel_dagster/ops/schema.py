@@ -17,7 +17,7 @@ import pandas as pd
 
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.ops import limits
-from fennel_dagster.ops.rows import from_records, json_value, to_records
+from fennel_dagster.ops.rows import from_records, json_value, struct_fields, to_records
 from fennel_dagster.wire import spec
 
 
@@ -71,6 +71,7 @@ def _check(value: Any, t: spec.DType) -> str | None:
             bad = next((r for r in (_check(v, inner) for v in value.values()) if r), None)
             return f"has a value that {bad}" if bad else None
         case spec.StructType(fields=fields):
+            value = struct_fields(value) or value
             if not isinstance(value, dict):
                 return "is not a struct (object)"
             for f in fields:

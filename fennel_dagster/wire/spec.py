@@ -137,6 +137,13 @@ DType: TypeAlias = (
     | RegexType
 )
 
+WINDOW_FIELD = "window"
+"""The key column of ``groupby(..., window=...)``: the window a row aggregates, as Fennel names it."""
+WINDOW_TYPE = StructType(
+    "Window", (StructField("begin", TimestampType()), StructField("end", TimestampType()))
+)
+"""Fennel's ``Window`` struct: the events in ``[begin, end)``."""
+
 # --------------------------------------------------------------------------- expressions
 
 
@@ -345,6 +352,18 @@ class AggregateNode:
     aggs: tuple[AggSpec, ...]
     emit: Literal["eager", "final"] = "eager"
     along: str | None = None  # alternative timestamp field to window on
+    # ``groupby(..., window=...)``: the window is a key of the output (its ``window`` column,
+    # a ``Window`` struct), and every aggregation (there may be none) runs over it; left out of
+    # the encoding while None (the metadata is OMITTED_WHEN_DEFAULT, defined further down)
+    window: WindowSpec | None = field(default=None, metadata={"wire": "omitted when default"})
+
+    @property
+    def windowed_by(self) -> WindowSpec | None:
+        """The window the node runs over: the groupby's, or else its first aggregation's (a
+        node's aggregations share one kind of window: inference holds them to it)."""
+        if self.window is not None:
+            return self.window
+        return self.aggs[0].window if self.aggs else None
 
 
 @dataclass(frozen=True)

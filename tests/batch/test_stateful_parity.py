@@ -8,6 +8,7 @@ same multiset of rows (values, timestamps, and which rows exist at all).
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,6 +35,7 @@ from fennel_dagster.aggregate import (
 from fennel_dagster.batch import asof, native
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.dtypes import Window
 from fennel_dagster.mock import MockClient
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
@@ -167,6 +169,9 @@ def _norm(v: Any) -> Any:
         v = v.tolist()
     if isinstance(v, list | tuple):
         return tuple(_norm(x) for x in v)
+    if isinstance(v, dict):  # a struct (a window key: its times, as text from a topic)
+        return tuple(sorted((k, _norm(pd.Timestamp(x) if isinstance(x, str) else x))
+                            for k, x in v.items()))  # fmt: skip
     return v
 
 
@@ -237,6 +242,82 @@ def test_aggregate_hopping_window(spark: Any, evs: list[dict[str, Any]]) -> None
 @EXAMPLES
 def test_aggregate_session_window(spark: Any, evs: list[dict[str, Any]]) -> None:
     _assert_same(spark, [Ev, _aggregate("session", "15m", emit="final")], "Agg", evs)
+
+
+def _by_window(kind: str, *spans: str, **extra: Any) -> type:
+    """Aggregates over ``groupby("uid", window=...)``: the window is a key of every row."""
+
+    @meta(owner=OWNER)
+    @dataset(index=True)
+    class ByWindow:
+        uid: int = field(key=True)
+        window: Window = field(key=True)
+        n: int
+        total: float
+        high: float | None
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev)
+        def agg(cls, ev):
+            windows = {"tumbling": Tumbling, "hopping": Hopping, "session": Session}
+            return ev.groupby("uid", window=windows[kind](*spans)).aggregate(
+                n=Count(), total=Sum(of="v"), high=Max(of="v"), **extra
+            )
+
+    return ByWindow
+
+
+@meta(owner=OWNER)
+@dataset(index=True)
+class Visits:
+    """Sessions themselves, as they grow (emit='eager'): no aggregation."""
+
+    uid: int = field(key=True)
+    window: Window = field(key=True)
+    ts: datetime
+
+    @pipeline
+    @inputs(Ev)
+    def visits(cls, ev):
+        return ev.groupby("uid", window=Session("20m")).aggregate()
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_by_tumbling_window_key(spark: Any, evs: list[dict[str, Any]]) -> None:
+    _assert_same(spark, [Ev, _by_window("tumbling", "1h")], "ByWindow", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_by_hopping_window_key(spark: Any, evs: list[dict[str, Any]]) -> None:
+    _assert_same(spark, [Ev, _by_window("hopping", "1h", "20m", emit="final")], "ByWindow", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_aggregate_by_session_window_key_when_closed(spark: Any, evs: list[dict[str, Any]]) -> None:
+    _assert_same(spark, [Ev, _by_window("session", "15m", emit="final")], "ByWindow", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
+def test_sessions_as_they_grow(spark: Any, evs: list[dict[str, Any]]) -> None:
+    """Eager sessions: a row per instant, its session so far. The mock gets the stream in
+    event-time order cut into logs of three instants, Spark in batches of its own: the rows
+    must not depend on the cuts (an instant is never cut, as Spark never cuts one)."""
+    rows = sorted(_rows(evs), key=lambda r: r["ts"])
+    mock = MockClient(strict=False)
+    mock.commit("parity", [Ev, Visits])
+    instants = [list(g) for _, g in itertools.groupby(rows, key=lambda r: r["ts"])]
+    for i in range(0, len(instants), 3):
+        mock.log("hook", "ev", pd.DataFrame([r for g in instants[i : i + 3] for r in g]))
+    want = mock.get_dataset_df("Visits").to_dict("records")
+    got = _spark_rows(spark, [Ev, Visits], "Visits", {"Ev": rows})
+    cols = _columns([Ev, Visits], "Visits")
+    assert want, "no sessions: the test would prove nothing"
+    assert _multiset(got, cols) == _multiset(want, cols)
 
 
 @given(evs=events_strategy)

@@ -24,6 +24,7 @@ import pytest
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Avg, Count, Distinct, LastK, Max, Min, Sum
 from fennel_dagster.client import LocalClient
+from fennel_dagster.dtypes import Window
 from fennel_dagster.expr import col
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import list_jobs
@@ -96,6 +97,33 @@ def _aggregate(name: str, kind: str, *spans: str, **extra: Any) -> type:
     Agg.__name__ = Agg.__qualname__ = name
     return meta(owner=OWNER)(dataset(index=True)(Agg))
 
+
+def _by_window(name: str, kind: str, *spans: str, **extra: Any) -> type:
+    """A dataset ``name`` of Ev grouped by uid and a window of ``kind``: the window is a key."""
+
+    class ByWindow:
+        uid: int = field(key=True)
+        window: Window = field(key=True)
+        n: int
+        total: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev)
+        def agg(cls, ev):
+            windows = {"tumbling": Tumbling, "hopping": Hopping, "session": Session}
+            return ev.groupby("uid", window=windows[kind](*spans)).aggregate(
+                n=Count(), total=Sum(of="v"), **extra
+            )
+
+    ByWindow.__name__ = ByWindow.__qualname__ = name
+    return meta(owner=OWNER)(dataset(index=True)(ByWindow))
+
+
+BY_WINDOW = {
+    "hopping": _by_window("HoppingKeyed", "hopping", "1h", "20m", emit="final"),
+    "session": _by_window("SessionsSoFar", "session", "15m"),  # eager: as sessions grow
+}
 
 AGGREGATES = {
     "continuous": _aggregate("AggContinuous", "continuous", "1h"),
@@ -194,8 +222,8 @@ class Shaped:
         return tagged.drop(["v", "s"])
 
 
-DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), Earliest, Newest, Once, Hourly,
-                        Located, Shaped]  # fmt: skip
+DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), *BY_WINDOW.values(), Earliest,
+                        Newest, Once, Hourly, Located, Shaped]  # fmt: skip
 
 
 def _events() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -304,6 +332,14 @@ def test_aggregate_hopping_window_on_engine_spark_and_mock(runs: Runs) -> None:
 
 def test_aggregate_session_window_on_engine_spark_and_mock(runs: Runs) -> None:
     _same(runs, "AggSession")
+
+
+def test_aggregate_by_hopping_window_key_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "HoppingKeyed")
+
+
+def test_sessions_as_they_grow_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "SessionsSoFar")
 
 
 def test_first_on_engine_spark_and_mock(runs: Runs) -> None:

@@ -16,7 +16,8 @@ from fennel_dagster.wire import spec
 
 
 def is_continuous(node: spec.AggregateNode) -> bool:
-    return all(a.window.kind in ("continuous", "forever") for a in node.aggs)
+    w = node.windowed_by
+    return w is not None and w.kind in ("continuous", "forever")
 
 
 def lookup_aggregate(

@@ -2,7 +2,7 @@
 
 Tumbling and hopping windows emit one row per (key, window) once the watermark (the newest
 event time seen by the operator) passes the window's end; the row's timestamp is the window
-end minus one microsecond (inside the window). Session windows close after ``gap`` of
+end minus one microsecond (inside the window). Session windows close after more than ``gap`` of
 inactivity measured against the watermark. Events later than an emitted window are counted
 as late and dropped from it; they read all of a key's events (no tiles).
 
@@ -11,6 +11,12 @@ recorded event leaves a timer (``<ns>:timers``, ordered by window end) and a bat
 every timer the new watermark has passed, so a key that falls silent still gets its last
 windows emitted. ``watermark=`` advances the watermark without events (Spark closes each
 partition's windows at the end of a backfill with the history's newest time).
+
+``groupby(..., window=...)`` makes the window a key: each row carries it as a ``Window``
+(``begin``, ``end``), as Fennel's do. A tumbling or hopping window's row is stamped at its
+end. A session's window ends a microsecond after its last event, and its row is stamped
+there; with ``emit="eager"`` (the default) a session is emitted as it grows, each extent a
+key of its own, as Fennel shows open sessions; with ``emit="final"`` once it closes.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ def run_windowed(
     ns = namespace(scope, node)
     meta_ns = ns + ":meta"
     timers_ns = timers_namespace(ns)
-    window = node.aggs[0].window
+    window = _window(node)
     reader = OverlayReader(state, wb)
     raw_mark = reader.get(meta_ns, b"watermark")
     old_mark = int(raw_mark) if raw_mark else None
@@ -69,15 +75,98 @@ def run_windowed(
     mark = max([*stamps, *known, -(2**62)])
     wb.put(meta_ns, b"watermark", str(mark).encode())
     reader = OverlayReader(state, wb)
+    rows: list[dict[str, Any]] = []
+    growing = _grows(node)
+    if growing:
+        touched: dict[tuple[Any, ...], list[int]] = {}
+        for key, stamp, ok in zip(keys, stamps, keep, strict=True):
+            if ok:
+                touched.setdefault(key, []).append(stamp)
+        for key in sorted(touched, key=repr):
+            rows.extend(_grown_sessions(node, ns, key, touched[key], mark, ts_col, reader))
     due = set()
     for timer, raw_key in reader.scan(timers_ns, b"", _timer(mark + 1)):
         due.add(tuple(json.loads(raw_key)))
         wb.delete(timers_ns, timer)
-    rows: list[dict[str, Any]] = []
     for key in sorted(due, key=repr):
-        rows.extend(_close_windows(node, ns, key, mark, ts_col, reader, wb))
-    columns = [*node.keys, *(a.into for a in node.aggs), ts_col]
+        closed = _close_windows(node, ns, key, mark, ts_col, reader, wb)
+        if not growing:  # a growing session's rows went out as it grew
+            rows.extend(closed)
+    window_col = [spec.WINDOW_FIELD] if node.window is not None else []
+    columns = [*node.keys, *window_col, *(a.into for a in node.aggs), ts_col]
     return pd.DataFrame(rows, columns=columns), late
+
+
+def _window(node: spec.AggregateNode) -> spec.WindowSpec:
+    w = node.windowed_by
+    assert w is not None, "an aggregate node has a window or an aggregation"
+    return w
+
+
+def _grows(node: spec.AggregateNode) -> bool:
+    """A session keyed by its window, emitted eagerly: each extent is a row of its own."""
+    return node.window is not None and node.window.kind == "session" and node.emit == "eager"
+
+
+def _read_from(node: spec.AggregateNode, meta: bytes | None) -> int | None:
+    """Where a key's unemitted events start: after the last emitted window's reach."""
+    window = _window(node)
+    reach = (window.duration or 0) * US if window.kind != "session" else 1
+    return None if meta is None else int(meta) - reach
+
+
+def _row(
+    node: spec.AggregateNode,
+    key: tuple[Any, ...],
+    span: tuple[int, int],
+    inside: list[tuple[int, dict[str, Any]]],
+    ts_col: str,
+) -> dict[str, Any]:
+    """The row of ``key``'s window ``span`` (begin, end in microseconds) over ``inside``."""
+    start, end = span
+    row: dict[str, Any] = dict(zip(node.keys, key, strict=True))
+    if node.window is not None:
+        stamp = end  # a window key's row exists from its end, as Fennel stamps it
+        row[spec.WINDOW_FIELD] = {"begin": _ts(start), "end": _ts(end)}
+    else:
+        stamp = end - 1  # inside the window: the value as of its last instant
+    for agg in node.aggs:
+        row[agg.into] = aggregate_values(
+            agg, [e.get(agg.of) if agg.of else 1 for _, e in inside], [s for s, _ in inside]
+        )
+    row[ts_col] = _ts(stamp)
+    return row
+
+
+def _ts(us: int) -> pd.Timestamp:
+    return pd.Timestamp(us, unit="us", tz="UTC")
+
+
+def _grown_sessions(
+    node: spec.AggregateNode,
+    ns: str,
+    key: tuple[Any, ...],
+    new: list[int],
+    mark: int,
+    ts_col: str,
+    reader: StateReader,
+) -> list[dict[str, Any]]:
+    """A row for each instant of the batch's events of ``key`` (``new``): its session as of
+    that instant (up to it, over every event recorded). Sessions are cut left to right, so a
+    session as of an instant is the whole one cut short there, and the rows do not depend
+    on how a stream in event-time order was cut into batches."""
+    window = _window(node)
+    raw_upto = reader.get(ns + ":meta", b"upto:" + key_prefix(key))
+    events = key_events(reader, ns, key, _read_from(node, raw_upto), mark)
+    reach = _session_reach(window)
+    instants = sorted(set(new))
+    rows = []
+    for start, close in _windows(window, [s for s, _ in events]):
+        for t in instants:
+            if start <= t <= close - reach:  # its last event at the latest
+                inside = [(s, e) for s, e in events if start <= s <= t]
+                rows.append(_row(node, key, (start, t + 1), inside, ts_col))
+    return rows
 
 
 def _close_windows(
@@ -94,12 +183,10 @@ def _close_windows(
     Only events after the last emitted window's reach are read (``upto``: the newest emitted
     end), so a key's long history is not re-read at every window."""
     meta_ns = ns + ":meta"
-    window = node.aggs[0].window
+    window = _window(node)
     upto_key = b"upto:" + key_prefix(key)
     raw_upto = reader.get(meta_ns, upto_key)
-    reach = (window.duration or 0) * US if window.kind != "session" else 1
-    lo = None if raw_upto is None else int(raw_upto) - reach
-    events = key_events(reader, ns, key, lo, mark)
+    events = key_events(reader, ns, key, _read_from(node, raw_upto), mark)
     rows = []
     upto = None if raw_upto is None else int(raw_upto)
     pending = []
@@ -112,13 +199,10 @@ def _close_windows(
             continue
         wb.put(meta_ns, done_key, b"1")
         inside = [(s, e) for s, e in events if start <= s < end]
-        row: dict[str, Any] = dict(zip(node.keys, key, strict=True))
-        for agg in node.aggs:
-            row[agg.into] = aggregate_values(
-                agg, [e.get(agg.of) if agg.of else 1 for _, e in inside], [s for s, _ in inside]
-            )
-        row[ts_col] = pd.Timestamp(end - 1, unit="us", tz="UTC")
-        rows.append(row)
+        span = (start, end)
+        if node.window is not None and window.kind == "session":  # as a key, a session ends
+            span = (start, end - _session_reach(window) + 1)  # a microsecond after its last event
+        rows.append(_row(node, key, span, inside, ts_col))
         upto = end if upto is None else max(upto, end)
     if upto is not None:
         wb.put(meta_ns, upto_key, str(upto).encode())
@@ -142,7 +226,7 @@ def _first_end(w: spec.WindowSpec, t_us: int) -> int:
     """When the first window holding an event at ``t_us`` can close (a session's: at the
     earliest ``gap`` after it; a later event that extends it leaves a later timer)."""
     if w.kind == "session":
-        return t_us + (w.gap or 0) * US
+        return t_us + _session_reach(w)
     return min(s + (w.duration or 0) * US for s in _window_starts(w, t_us))
 
 
@@ -152,10 +236,16 @@ def _closed_before(w: spec.WindowSpec, t_us: int, mark: int) -> bool:
     return all(s + (w.duration or 0) * US <= mark for s in _window_starts(w, t_us))
 
 
+def _session_reach(w: spec.WindowSpec) -> int:
+    """How long after its last event a session takes another: ``gap`` itself included (an
+    event exactly ``gap`` later extends it, as in Fennel), so it closes a microsecond later."""
+    return (w.gap or 0) * US + 1
+
+
 def _windows(w: spec.WindowSpec, stamps: list[int]) -> list[tuple[int, int]]:
     if w.kind == "session":
         out: list[tuple[int, int]] = []
-        gap = (w.gap or 0) * US
+        gap = _session_reach(w)
         for s in sorted(stamps):
             if out and s < out[-1][1]:
                 out[-1] = (out[-1][0], s + gap)
