@@ -9,16 +9,17 @@ answer lookups and queries through one implementation (``query.lookup``, ``query
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
+from fennel_dagster.declare.struct_values import with_struct_objects
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
-from fennel_dagster.wire.spec import CommitSpec
+from fennel_dagster.wire.spec import CommitSpec, DType
 
 DatasetRef = str | type  # a dataset class, or its name
 FeatureRef = str | type  # "Featureset.feature", a featureset class (all its features), or a name
@@ -131,10 +132,16 @@ class FeatureClient(Protocol):
 
 
 def answer_shape(
-    data: pd.DataFrame, found: pd.Series, fields: list[str] | None
+    data: pd.DataFrame,
+    found: pd.Series,
+    fields: list[str] | None,
+    types: Mapping[str, DType] | None = None,
 ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
     """A client lookup's answer as Fennel's clients give it: one field asked, its column (a
-    Series named for it); otherwise the rows."""
+    Series named for it); otherwise the rows. Struct values (``types``: each column's) are
+    objects of their struct class, as Fennel's lookups give them."""
+    if types:
+        data = with_struct_objects(data, types)
     if fields is not None and len(fields) == 1:
         return data[fields[0]].rename(fields[0]), found
     return data, found

@@ -169,7 +169,8 @@ class Client:
         reply = self._call("POST", f"/api/v1/dataset/{name}/lookup", json=body,
                            params={"typed": "true"})  # fmt: skip
         data = _typed(reply["data"], reply["types"])
-        return answer_shape(data, pd.Series(reply["found"], dtype=bool), fields)
+        types = {c: codec.from_jsonable(t) for c, t in reply["types"].items()}
+        return answer_shape(data, pd.Series(reply["found"], dtype=bool), fields, types)
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/graphql",
@@ -246,6 +247,7 @@ class Client:
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:
+    """Columns of an answer in their types (``types``: each column's, as the wire encodes it)."""
     return pd.DataFrame(
         {c: typed_series(v, codec.from_jsonable(types[c])) for c, v in data.items()}
     )

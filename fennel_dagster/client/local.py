@@ -246,7 +246,15 @@ class LocalClient:
         keys = pd.DataFrame(keys).reset_index(drop=True)
         name = dataset_name(dataset)
         data, found = self._lookup(name, now_for(keys, timestamps), keys, fields, timeout)
-        return answer_shape(data, found, fields)
+        return answer_shape(data, found, fields, self._types(name))
+
+    def _types(self, name: str) -> dict[str, spec.DType]:
+        """The dataset's field types on this branch, as its serving job has them."""
+        with self.conn.transaction():
+            job = lookups.serving_job(
+                registry.branch_jobs(self.conn, self.branch, self._jobs), name
+            )
+        return {f.name: f.dtype for f in job.spec.dataset.fields}
 
     def _lookup(
         self,

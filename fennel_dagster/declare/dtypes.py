@@ -62,7 +62,25 @@ def struct(cls: type) -> type:
     out: type = dataclasses.dataclass(cls)
     _STRUCTS[cls.__name__] = out
     out.zip = classmethod(_zip)  # type: ignore[attr-defined]  # Fennel's MyStruct.zip(a=..., b=...)
+    out.as_json = as_json  # type: ignore[attr-defined]  # Fennel's value.as_json()
     return out
+
+
+def declared_struct(name: str) -> type | None:
+    """The ``@struct`` class declared under ``name`` in this process, if any."""
+    return _STRUCTS.get(name)
+
+
+def as_json(value: Any) -> Any:
+    """A struct value as a dict of its fields (nested structs, lists and dicts too), as
+    Fennel's ``as_json`` gives it: times stay datetimes."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    return value
 
 
 def _zip(cls: type, **fields: Any) -> Any:

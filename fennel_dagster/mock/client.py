@@ -439,8 +439,10 @@ class MockClient:
         """The dataset's rows for ``keys`` as of ``timestamps`` (default now), and whether
         each key was found; one field asked, its column alone, as Fennel answers."""
         keys = keys.reset_index(drop=True)
-        data, found = self._lookup(dataset_name(dataset), now_for(keys, timestamps), keys, fields)
-        return answer_shape(data, found, fields)
+        name = dataset_name(dataset)
+        data, found = self._lookup(name, now_for(keys, timestamps), keys, fields)
+        types = {f.name: f.dtype for f in self._dataset(name).fields}
+        return answer_shape(data, found, fields, types)
 
     def _lookup(
         self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None

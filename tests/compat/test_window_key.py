@@ -15,11 +15,13 @@ import pytest
 
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Count, Max, Sum
+from fennel_dagster.api import answer_shape
 from fennel_dagster.declare import DeclarationError
 from fennel_dagster.dtypes import Window
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Hopping, Session, Tumbling
+from fennel_dagster.wire import spec
 
 OWNER = "windows@example.com"
 T0 = datetime(2023, 1, 16, 11, 0, 0, tzinfo=UTC)
@@ -248,3 +250,40 @@ def test_misdeclared_window_keys_name_the_fix(case: str, match: str) -> None:
 def test_forever_is_not_a_tumbling_window() -> None:
     with pytest.raises(ValueError, match="'forever' is not a valid duration value for Tumbling"):
         Tumbling("forever")
+
+
+def test_a_lookup_answers_windows_as_objects_in_utc() -> None:
+    """Fennel's lookups give struct fields as objects (``row.window.begin``,
+    ``.as_json()``); a key given as naive or ISO times comes back in UTC."""
+    client = MockClient()
+    client.commit("windows", datasets=[Event, _by_window("tumbling", "10s")])
+    client.log("hook", "ev", pd.DataFrame([
+        {"uid": 1, "amount": 5, "ts": T0 + timedelta(seconds=3)},
+        {"uid": 1, "amount": 6, "ts": T0 + timedelta(seconds=12)},
+    ]))  # fmt: skip
+    naive = T0.replace(tzinfo=None)
+    df, found = client.lookup("Stats", keys=pd.DataFrame({
+        "uid": [1, 1],
+        "window": [{"begin": naive, "end": naive + timedelta(seconds=10)},
+                   {"begin": T0.isoformat(), "end": (T0 + timedelta(seconds=10)).isoformat()}],
+    }))  # fmt: skip
+    assert found.tolist() == [True, True]
+    assert df["n"].tolist() == [1, 1]
+    for w in df["window"].tolist():
+        assert isinstance(w, Window)
+        assert (w.begin, w.end) == (T0, T0 + timedelta(seconds=10))
+        assert w.as_json() == {"begin": T0, "end": T0 + timedelta(seconds=10)}
+    series, _ = client.lookup("Stats", keys=df[["uid", "window"]], fields=["window"])
+    assert series.tolist() == df["window"].tolist()  # Window objects as keys too
+
+
+def test_a_struct_the_client_never_declared_still_answers_objects() -> None:
+    point = spec.StructType("Point", (spec.StructField("x", spec.IntType()),
+                                      spec.StructField("y", spec.IntType())))  # fmt: skip
+    data, _ = answer_shape(
+        pd.DataFrame({"p": [{"x": 1, "y": 2}, None]}), pd.Series([True, False]), None,
+        {"p": spec.OptionalType(point)},
+    )  # fmt: skip
+    got = data["p"].tolist()
+    assert (got[0].x, got[0].y, got[0].as_json()) == (1, 2, {"x": 1, "y": 2})
+    assert got[1] is None
