@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from fennel_dagster.declare.struct_values import with_struct_objects
+from fennel_dagster.declare.answers import fennel_answer
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
@@ -139,9 +139,10 @@ def answer_shape(
 ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
     """A client lookup's answer as Fennel's clients give it: one field asked, its column (a
     Series named for it); otherwise the rows. Struct values (``types``: each column's) are
-    objects of their struct class, as Fennel's lookups give them."""
+    objects of their struct class, missing values ``pd.NA`` in nullable dtypes, as Fennel's
+    lookups give them."""
     if types:
-        data = with_struct_objects(data, types)
+        data = fennel_answer(data, types)
     if fields is not None and len(fields) == 1:
         return data[fields[0]].rename(fields[0]), found
     return data, found

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from fennel_dagster.declare.answers import answer_column
 from fennel_dagster.declare.lookup import DatasetHandle, LookupProvider, lookups_served_by
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.columns import positional, utc
@@ -167,7 +168,8 @@ class QueryExecutor:
                 col = col.astype(object).where(col.notna(), default)
             if col.dtype == object:
                 col = col.infer_objects()
-            return {ex.outputs[0]: astype(positional(col), feat.dtype)}
+            # as a lookup answers it: nullable dtypes, pd.NA where missing (Fennel's lookups)
+            return {ex.outputs[0]: answer_column(astype(positional(col), feat.dtype), feat.dtype)}
         fn = self._callable(ex)
         args = [columns[i] for i in ex.inputs]
         try:

@@ -286,4 +286,4 @@ def test_a_struct_the_client_never_declared_still_answers_objects() -> None:
     )  # fmt: skip
     got = data["p"].tolist()
     assert (got[0].x, got[0].y, got[0].as_json()) == (1, 2, {"x": 1, "y": 2})
-    assert got[1] is None
+    assert got[1] is pd.NA
