@@ -97,14 +97,21 @@ class Node:
         return self._b.add(spec.AssignNode(self._b.next_id(), self.id, tuple(columns)))
 
     def transform(self, fn: Callable[..., Any], schema: dict[str, Any] | None = None) -> Node:
+        """``fn(df) -> df`` on each batch; ``schema=`` its output's fields, or none: the same
+        fields as its input (as in Fennel), each checked as declared."""
         if schema is None:
-            raise DeclarationError(
-                f"{self._where('transform')}: pass schema={{field: type, ...}} of the output"
+            try:
+                same = semantics.installed().node_schema(self._b.nodes, self.id, self._b.inputs)
+            except ValueError as e:
+                raise DeclarationError(
+                    f"{self._where('transform')}: {e}; or pass schema={{field: type, ...}}"
+                ) from e
+            fields = tuple(spec.FieldSpec(n, t) for n, t in same.items())
+        else:
+            fields = tuple(
+                spec.FieldSpec(n, to_dtype(t, f"{self._b.where}.transform schema '{n}'"))
+                for n, t in schema.items()
             )
-        fields = tuple(
-            spec.FieldSpec(n, to_dtype(t, f"{self._b.where}.transform schema '{n}'"))
-            for n, t in schema.items()
-        )
         return self._b.add(spec.TransformNode(self._b.next_id(), self.id, capture(fn), fields))
 
     def join(

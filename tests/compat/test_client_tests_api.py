@@ -254,3 +254,56 @@ def test_a_lookup_of_one_field_answers_its_column_as_fennels_clients_do() -> Non
     assert isinstance(both, pd.DataFrame) and list(both.columns) == ["name", "age"]
     whole, _ = client.lookup("Person", keys=keys)
     assert isinstance(whole, pd.DataFrame) and "uid" in whole.columns
+
+
+def test_missing_values_answer_as_pd_na_in_fennels_nullable_dtypes() -> None:
+    @source(WEBHOOK.endpoint("Profile"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class Profile:
+        uid: int = field(key=True)
+        city: str | None
+        score: float | None
+        visits: int | None
+        tags: list[str | None]
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Profile])
+    client.log("fennel_webhook", "Profile", pd.DataFrame({
+        "uid": [1, 2], "city": ["Oslo", None], "score": [0.5, None], "visits": [3, None],
+        "tags": [["a", None], []], "ts": [T0, T0],
+    }))  # fmt: skip
+    df, found = client.lookup("Profile", keys=pd.DataFrame({"uid": [1, 2, 3]}))
+    assert found.tolist() == [True, True, False]
+    assert df["city"].tolist() == ["Oslo", pd.NA, pd.NA]
+    assert str(df["city"].dtype) == "string" and str(df["score"].dtype) == "Float64"
+    assert df["score"].tolist() == [0.5, pd.NA, pd.NA]
+    assert df["visits"].tolist() == [3, pd.NA, pd.NA]
+    assert df["tags"].tolist() == [["a", pd.NA], [], pd.NA]
+
+
+def test_a_transform_without_a_schema_keeps_its_inputs_fields() -> None:
+    """Fennel's ``transform(fn)``: the output has the input's fields."""
+
+    @source(WEBHOOK.endpoint("Raw"), disorder="1d", cdc="append")
+    @dataset
+    class Raw:
+        uid: int
+        amount: int
+        ts: datetime
+
+    @dataset
+    class Doubled:
+        uid: int
+        amount: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Raw)
+        def double(cls, raw):
+            return raw.transform(lambda df: df.assign(amount=df["amount"] * 2))
+
+    client = MockClient()
+    client.commit("v1", datasets=[Raw, Doubled])
+    client.log("fennel_webhook", "Raw", pd.DataFrame({"uid": [1], "amount": [4], "ts": [T0]}))
+    assert client.get_dataset_df("Doubled")["amount"].tolist() == [8]
