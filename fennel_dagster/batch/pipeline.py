@@ -35,6 +35,7 @@ from fennel_dagster.batch import native
 from fennel_dagster.batch.asof import asof_join
 from fennel_dagster.batch.expr import SparkUnsupported, spark_type, to_column
 from fennel_dagster.commit.infer import node_schemas
+from fennel_dagster.declare.dtypes import decimal_of
 from fennel_dagster.offline.table import arrow_type
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.expr import astype
@@ -317,6 +318,9 @@ def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFr
         elif isinstance(base_type(f.dtype), spec.FloatType):  # inf is not stored either
             values = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
             fits &= ~np.isinf(values)
+        elif isinstance(dec := base_type(f.dtype), spec.DecimalType):  # a float sum: its scale
+            s = pd.Series([decimal_of(v, dec.scale) for v in s.tolist()], index=s.index,
+                          dtype=object)  # fmt: skip
         out[f.name] = s.astype(object).where(s.notna(), None) if s.dtype != object else s
     frame = pd.DataFrame(out)
     return frame if bool(fits.all()) else frame[fits.to_numpy()].reset_index(drop=True)

@@ -60,8 +60,15 @@ def _core(t: spec.DType) -> spec.DType:
     return base(strip_optional(t))
 
 
-def _numeric(t: spec.DType) -> bool:
-    return isinstance(_core(t), spec.IntType | spec.FloatType)
+def _numeric(t: spec.DType, decimal: bool = False) -> bool:
+    """An int or a float (or, where ``decimal``, a Decimal: aggregations read it as a float
+    and give a Decimal of its scale back where their type is the column's)."""
+    number = (
+        (spec.IntType, spec.FloatType, spec.DecimalType)
+        if decimal
+        else (spec.IntType, spec.FloatType)
+    )
+    return isinstance(_core(t), number)
 
 
 def _like(a: spec.DType, b: spec.DType) -> bool:
@@ -444,12 +451,12 @@ def agg_type(agg: spec.AggSpec, schema: Mapping[str, spec.DType]) -> spec.DType:
             return spec.IntType()
         case "sum":
             assert of is not None
-            if not _numeric(of):
+            if not _numeric(of, decimal=True):
                 raise TypeErrorInExpr(f"Sum of {agg.of!r} needs a number, got {render(of)}")
             return base(strip_optional(of))
         case "avg" | "stddev":
             assert of is not None
-            if not _numeric(of):
+            if not _numeric(of, decimal=True):
                 raise TypeErrorInExpr(f"{agg.kind} of {agg.of!r} needs a number, got {render(of)}")
             return (
                 spec.FloatType() if agg.default is not None else spec.OptionalType(spec.FloatType())
@@ -467,7 +474,7 @@ def agg_type(agg: spec.AggSpec, schema: Mapping[str, spec.DType]) -> spec.DType:
             return t if agg.default is not None else spec.OptionalType(t)
         case "quantile":
             assert of is not None
-            if not _numeric(of):
+            if not _numeric(of, decimal=True):
                 raise TypeErrorInExpr(
                     f"Cannot get quantile of field {agg.of} of type {render(of)}: Quantile "
                     "needs a number"

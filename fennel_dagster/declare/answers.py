@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.declare.dtypes import as_json, declared_struct
+from fennel_dagster.declare.dtypes import as_json, decimal_of, declared_struct
 from fennel_dagster.wire import spec
 
 _MADE: dict[spec.StructType, type] = {}
@@ -77,10 +77,17 @@ def answer_column(values: pd.Series, t: spec.DType) -> pd.Series:
             return values  # a value its type cannot hold: left as the rows have it
     if isinstance(core, spec.TimestampType):
         return values
+    if isinstance(core, spec.DecimalType):  # at its scale: 1200.1 answers Decimal('1200.10')
+        return pd.Series([_or_na(decimal_of(v, core.scale)) for v in values.tolist()],
+                         index=values.index, dtype=object, name=values.name)  # fmt: skip
     if isinstance(core, spec.ListType | spec.MapType | spec.StructType | spec.EmbeddingType):
         return pd.Series([answer_value(v, t) for v in values.tolist()], index=values.index,
                          dtype=object, name=values.name)  # fmt: skip
     return values
+
+
+def _or_na(value: Any) -> Any:
+    return pd.NA if value is None else value
 
 
 def fennel_answer(data: pd.DataFrame, types: Mapping[str, spec.DType]) -> pd.DataFrame:

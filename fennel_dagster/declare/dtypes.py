@@ -9,6 +9,8 @@ import types
 import typing
 from typing import Any
 
+import pandas as pd
+
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.wire import spec
 
@@ -51,6 +53,15 @@ class oneof:  # noqa: N801
 @dataclasses.dataclass(frozen=True)
 class regex:  # noqa: N801
     pattern: str
+
+
+def decimal_of(value: Any, scale: int) -> decimal.Decimal | None:
+    """``value`` as a decimal of ``scale`` digits after the point (a float sum of decimals,
+    0.30000000000000004, is the 0.30 it stands for); None for a missing value."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return None
+    exact = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+    return exact.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_EVEN)
 
 
 _STRUCTS: dict[str, type] = {}  # struct name -> class, for ``python_type``

@@ -19,6 +19,7 @@ import pandas as pd
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import aggregate, index
+from fennel_dagster.ops.columns import decimals_as_floats
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
 from fennel_dagster.ops.rows import (
@@ -32,6 +33,9 @@ from fennel_dagster.ops.schema import misfits
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
+
+# aggregations that read their column as numbers (a Decimal column: as floats)
+_NUMERIC = frozenset({"sum", "avg", "stddev", "quantile", "min", "max", "exp_decay"})
 
 
 @dataclass
@@ -184,6 +188,9 @@ class PipelineExecutor:
             case spec.AggregateNode():
                 if node.along:  # windows and as-of times follow `along`, kept under `ts`
                     df = df.assign(**{ts: pd.to_datetime(df[node.along], utc=True)})
+                df = decimals_as_floats(
+                    df, {a.of for a in node.aggs if a.of and a.kind in _NUMERIC}
+                )
                 if aggregate.is_continuous(node):
                     return aggregate.run_continuous(node, self.scope, df, ts, state, wb)
                 rows, late = aggregate.run_windowed(node, self.scope, df, ts, state, wb)

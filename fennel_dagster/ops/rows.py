@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from fennel_dagster.declare.dtypes import decimal_of
 from fennel_dagster.ops.limits import parse_timestamp
 from fennel_dagster.wire import spec
 
@@ -141,10 +142,8 @@ def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
             return pd.Series([np.nan if v is None else float(v) for v in values], dtype="float64")
         case spec.BoolType():
             return pd.Series(values, dtype="boolean")
-        case spec.DecimalType():
-            return pd.Series(
-                [None if v is None else decimal.Decimal(str(v)) for v in values], dtype=object
-            )
+        case spec.DecimalType(scale=scale):
+            return pd.Series([decimal_of(v, scale) for v in values], dtype=object)
     return pd.Series(values, dtype=object)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from decimal import Decimal as PyDecimal
+from typing import Any, Optional
 from unittest.mock import patch
 
 import pandas as pd
@@ -35,7 +36,7 @@ from fennel_dagster.aggregate import (
 from fennel_dagster.batch import asof, native
 from fennel_dagster.batch.pipeline import SparkPipeline, spark_schema
 from fennel_dagster.declare import commit_spec
-from fennel_dagster.dtypes import Window
+from fennel_dagster.dtypes import Decimal, Window
 from fennel_dagster.mock import MockClient
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
@@ -317,6 +318,52 @@ def test_sessions_as_they_grow(spark: Any, evs: list[dict[str, Any]]) -> None:
     got = _spark_rows(spark, [Ev, Visits], "Visits", {"Ev": rows})
     cols = _columns([Ev, Visits], "Visits")
     assert want, "no sessions: the test would prove nothing"
+    assert _multiset(got, cols) == _multiset(want, cols)
+
+
+@meta(owner=OWNER)
+@source(Webhook(name="hook").endpoint("pay"))
+@dataset
+class Pay:
+    uid: int
+    amount: Optional[Decimal[2]]  # noqa: UP045 - Decimal[2] is an instance: no `| None`
+    ts: datetime
+
+
+@meta(owner=OWNER)
+@dataset(index=True)
+class PaySums:
+    uid: int = field(key=True)
+    total: Decimal[2]
+    low: Optional[Decimal[2]]  # noqa: UP045
+    mean: float
+    hourly: Decimal[2]
+    ts: datetime
+
+    @pipeline
+    @inputs(Pay)
+    def sums(cls, pay):
+        return pay.groupby("uid").aggregate(
+            total=Sum(of="amount", window=Continuous("forever")),
+            low=Min(of="amount", window=Continuous("forever")),
+            mean=Avg(of="amount", window=Continuous("forever"), default=-1.0),
+            hourly=Sum(of="amount", window=Continuous("1h")),
+        )
+
+
+@given(evs=events_strategy, cents=st.lists(st.integers(-(10**9), 10**9), min_size=60, max_size=60))
+@EXAMPLES
+def test_aggregate_of_decimals(spark: Any, evs: list[dict[str, Any]], cents: list[int]) -> None:
+    """Decimal amounts read as floats; a Decimal result at its scale, the same on both."""
+    rows = [
+        {"uid": r["uid"], "ts": r["ts"],
+         "amount": None if r["v"] is None else PyDecimal(cents[i % len(cents)]).scaleb(-2)}
+        for i, r in enumerate(_rows(evs))
+    ]  # fmt: skip
+    want = _mock_rows([Pay, PaySums], "PaySums", {"pay": rows})
+    got = _spark_rows(spark, [Pay, PaySums], "PaySums", {"Pay": rows})
+    cols = _columns([Pay, PaySums], "PaySums")
+    assert want and all(isinstance(r["total"], PyDecimal) for r in want)
     assert _multiset(got, cols) == _multiset(want, cols)
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal as PyDecimal
 
 import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, field, inputs, pipeline
-from fennel_dagster.aggregate import Count, Sum
+from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Sum
 from fennel_dagster.declare.errors import DeclarationError
-from fennel_dagster.dtypes import Continuous, Hopping, Tumbling, Window
+from fennel_dagster.dtypes import Continuous, Decimal, Hopping, Tumbling, Window
 from fennel_dagster.lib import bucketize
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook, source
@@ -307,3 +308,51 @@ def test_a_transform_without_a_schema_keeps_its_inputs_fields() -> None:
     client.commit("v1", datasets=[Raw, Doubled])
     client.log("fennel_webhook", "Raw", pd.DataFrame({"uid": [1], "amount": [4], "ts": [T0]}))
     assert client.get_dataset_df("Doubled")["amount"].tolist() == [8]
+
+
+def test_decimal_amounts_aggregate_to_decimals_at_their_scale() -> None:
+    """Sum, Min and Max of a Decimal[2] give Decimal[2] (0.10 + 0.20 is 0.30, not the float
+    sum's 0.30000000000000004); Average, Stddev and Quantile a float, as in Fennel."""
+
+    @source(WEBHOOK.endpoint("Payment"), disorder="1d", cdc="append")
+    @dataset
+    class Payment:
+        uid: int
+        amount: Decimal[2]
+        ts: datetime
+
+    @dataset(index=True)
+    class Spend:
+        uid: int = field(key=True)
+        total: Decimal[2]
+        low: Decimal[2]
+        high: Decimal[2]
+        mean: float
+        median: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Payment)
+        def spend(cls, payment):
+            return payment.groupby("uid").aggregate(
+                total=Sum(of="amount", window=Continuous("forever")),
+                low=Min(of="amount", window=Continuous("forever"), default=0.0),
+                high=Max(of="amount", window=Continuous("forever"), default=0.0),
+                mean=Avg(of="amount", window=Continuous("forever")),
+                median=Quantile(of="amount", p=0.5, window=Continuous("forever"), default=0.0),
+            )
+
+    client = MockClient()
+    client.commit("v1", datasets=[Payment, Spend])
+    amounts = [PyDecimal("0.10"), PyDecimal("0.20"), PyDecimal("1000000.07")]
+    client.log("fennel_webhook", "Payment", pd.DataFrame(
+        {"uid": [1, 1, 1], "amount": amounts, "ts": [T0, T0 + timedelta(seconds=1), T0]}
+    ))  # fmt: skip
+    at = pd.Series([T0 + timedelta(seconds=1), T0])
+    df, found = client.lookup("Spend", keys=pd.DataFrame({"uid": [1, 1]}), timestamps=at)
+    assert found.tolist() == [True, True]
+    assert df["total"].tolist() == [PyDecimal("1000000.37"), PyDecimal("1000000.17")]
+    assert df["low"].tolist() == [PyDecimal("0.10"), PyDecimal("0.10")]
+    assert df["high"].tolist() == [PyDecimal("1000000.07")] * 2
+    assert df["mean"].tolist() == pytest.approx([1000000.37 / 3, 1000000.17 / 2])
+    assert df["median"].tolist() == pytest.approx([0.20, 1000000.07])
