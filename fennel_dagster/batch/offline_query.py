@@ -83,7 +83,7 @@ class SparkOfflineQuery:
                 continue
             match ex.kind:
                 case "alias":
-                    frame = frame.withColumn(cols[self._out(ex)], F.col(cols[ex.inputs[0]]))
+                    frame = frame.withColumn(cols[self._out(ex)], self._alias(ex, cols))
                 case "expr":
                     frame = self._expr(ex, frame, cols)
                 case "lookup":
@@ -133,6 +133,14 @@ class SparkOfflineQuery:
         frame = spine.select(*picked, stamp.alias(TIME))
         # row ids fixed once (checkpointed): every later join and pass sees the same ids
         return frame.withColumn(RID, F.monotonically_increasing_id()).localCheckpoint()
+
+    def _alias(self, ex: spec.ExtractorSpec, cols: dict[str, str]) -> Column:
+        """The other feature's values; where missing, the alias's default."""
+        value = F.col(cols[ex.inputs[0]])
+        if ex.default is None:
+            return value
+        dtype = spark_type(self.features[self._out(ex)].dtype)
+        return F.coalesce(value.cast(dtype), F.lit(ex.default).cast(dtype))
 
     def _expr(self, ex: spec.ExtractorSpec, frame: DataFrame, cols: dict[str, str]) -> DataFrame:
         assert ex.expr is not None

@@ -7,7 +7,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fennel_dagster.declare.dataset import Field
 from fennel_dagster.declare.dtypes import to_dtype
@@ -15,7 +15,7 @@ from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.declare.expr import Expr
 from fennel_dagster.declare.meta import meta_of
 from fennel_dagster.wire import spec
-from fennel_dagster.wire.usercode import capture
+from fennel_dagster.wire.usercode import UserCodeError, capture
 
 T = TypeVar("T")
 
@@ -135,7 +135,9 @@ def _extractor(
     )  # fmt: skip
 
 
-def _auto_extractor(fs: str, f: Feature, features: dict[str, Feature]) -> spec.ExtractorSpec:
+def _auto_extractor(
+    fs: str, f: Feature, features: dict[str, Feature], declared: dict[int, str]
+) -> spec.ExtractorSpec:
     where = f"feature {fs}.{f.name}"
     ref = f.ref
     name = f"_auto_{f.name}"
@@ -155,9 +157,11 @@ def _auto_extractor(fs: str, f: Feature, features: dict[str, Feature]) -> spec.E
             lookup_dataset=ref.dataset, lookup_field=ref.name, default=f.default,
         )  # fmt: skip
     if isinstance(ref, Feature):
+        # a feature of this class body is named only now (``declared``: by its object)
+        source = ref.fqn() if ref.name else f"{fs}.{declared.get(id(ref), '')}"
         return spec.ExtractorSpec(
-            name=name, featureset=fs, kind="alias", inputs=(ref.fqn(),), outputs=(f.name,),
-            version=f.version,
+            name=name, featureset=fs, kind="alias", inputs=(source,), outputs=(f.name,),
+            version=f.version, default=f.default,
         )  # fmt: skip
     if isinstance(ref, Expr):
         cols = sorted(_columns(ref.to_ir()))
@@ -224,13 +228,34 @@ def featureset(cls: type) -> type:
         if hasattr(getattr(v, "__func__", v), "__fennel_extractor__")
     ]
     extractors += [
-        _auto_extractor(name, f, features) for f in features.values() if f.ref is not None
+        _auto_extractor(name, f, features, declared) for f in features.values() if f.ref is not None
     ]
     new._spec = spec.FeaturesetSpec(  # type: ignore[attr-defined]
         name=name, features=specs, extractors=tuple(sorted(extractors, key=lambda e: e.name)),
-        meta=meta_of(cls, inspect.getdoc(cls) or ""),
+        meta=meta_of(cls, inspect.getdoc(cls) or ""), helpers=_helpers(cls),
     )  # fmt: skip
     return new
+
+
+def _helpers(cls: type) -> tuple[spec.HelperSpec, ...]:
+    """The featureset's methods that are not extractors, shipped so that its extractors'
+    ``cls.helper(...)`` works where they run (a plain ``def`` is taken as a classmethod)."""
+    out = []
+    for attr, v in sorted(cls.__dict__.items()):
+        fn = getattr(v, "__func__", v)
+        if attr.startswith("__") or hasattr(fn, "__fennel_extractor__"):
+            continue
+        if not inspect.isfunction(fn):
+            continue
+        kind: Literal["classmethod", "staticmethod"] = (
+            "staticmethod" if isinstance(v, staticmethod) else "classmethod"
+        )
+        try:
+            code = capture(fn)
+        except UserCodeError:
+            continue  # not shippable: an extractor calling it is told so where it runs
+        out.append(spec.HelperSpec(attr, kind, code))
+    return tuple(out)
 
 
 def featureset_spec(fs: Any) -> spec.FeaturesetSpec:

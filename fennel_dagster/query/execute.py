@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -29,12 +30,23 @@ class ExtractorError(QueryError, RuntimeError):
 
 
 class _FeaturesetHandle:
-    """What ``cls`` means inside shipped extractor code: feature names as attributes."""
+    """What ``cls`` means inside shipped extractor code: feature names as attributes, and
+    the featureset's own methods (``cls.common_names()``), loaded with ``namespace``."""
 
-    def __init__(self, fs: spec.FeaturesetSpec) -> None:
+    def __init__(self, fs: spec.FeaturesetSpec, namespace: Mapping[str, Any]) -> None:
         self.__fennel_featureset_name__ = fs.name
         for f in fs.features:
             setattr(self, f.name, f"{fs.name}.{f.name}")
+        for h in fs.helpers:
+            fn = load(h.code, namespace)
+            setattr(self, h.name, fn if h.kind == "staticmethod" else types.MethodType(fn, self))
+
+    def __getattr__(self, item: str) -> Any:
+        raise AttributeError(
+            f"featureset {self.__fennel_featureset_name__} has no feature or method {item!r} "
+            "its extractors can use: a method must be defined in the featureset's class body "
+            "and shippable (its source in a .py file, what it reads imported or literal)"
+        )
 
 
 class QueryExecutor:
@@ -52,17 +64,25 @@ class QueryExecutor:
         self.provider = provider
         self.parallel = parallel
         self._loaded: dict[tuple[str, str], Callable[..., Any]] = {}
+        self._names: dict[str, Any] | None = None
 
     def _callable(self, ex: spec.ExtractorSpec) -> Callable[..., Any]:
         key = (ex.featureset, ex.name)
         if key not in self._loaded:
+            self._loaded[key] = load(ex.code, self._namespace())  # type: ignore[arg-type]
+        return self._loaded[key]
+
+    def _namespace(self) -> dict[str, Any]:
+        """The names shipped extractor code sees: datasets and featuresets by name."""
+        if self._names is None:
             ns: dict[str, Any] = {
                 n: DatasetHandle(n, tuple(f.name for f in d.fields))
                 for n, d in self.datasets.items()
             }
-            ns.update({n: _FeaturesetHandle(fs) for n, fs in self.featuresets.items()})
-            self._loaded[key] = load(ex.code, ns)  # type: ignore[arg-type]
-        return self._loaded[key]
+            for n, fs in self.featuresets.items():  # a method may name another featureset
+                ns[n] = _FeaturesetHandle(fs, ns)
+            self._names = ns
+        return self._names
 
     def run(
         self,
@@ -140,8 +160,11 @@ class QueryExecutor:
         fs = self.featuresets[ex.featureset]
         dtypes = {f.name: f for f in fs.features}
         where = f"extractor {ex.featureset}.{ex.name}"
-        if ex.kind == "alias":
-            return {ex.outputs[0]: columns[ex.inputs[0]]}
+        if ex.kind == "alias":  # the other feature's values; where missing, the default
+            col = columns[ex.inputs[0]]
+            if ex.default is not None and col.isna().any():
+                col = col.astype(object).where(col.notna(), ex.default)
+            return {ex.outputs[0]: col}
         if ex.kind == "expr":
             local = pd.DataFrame({i.split(".", 1)[1]: columns[i] for i in ex.inputs})
             out = astype(evaluate(ex.expr, local), dtypes[ex.outputs[0]].dtype)  # type: ignore[arg-type]
@@ -173,7 +196,7 @@ class QueryExecutor:
         fn = self._callable(ex)
         args = [columns[i] for i in ex.inputs]
         try:
-            result = fn(_FeaturesetHandle(fs), ts, *args)
+            result = fn(self._namespace()[fs.name], ts, *args)
         except Exception as e:
             raise ExtractorError(f"{where} raised {type(e).__name__}: {e}") from e
         if isinstance(result, pd.Series):

@@ -639,6 +639,18 @@ class FeaturesetSpec:
     features: tuple[FeatureSpec, ...]
     extractors: tuple[ExtractorSpec, ...]
     meta: MetaSpec = field(default_factory=MetaSpec)
+    # its other methods (``@classmethod def common_names(cls)``), which extractors call on
+    # ``cls``; left out of the encoding while none
+    helpers: tuple[HelperSpec, ...] = field(default=(), metadata=OMITTED_WHEN_DEFAULT)
+
+
+@dataclass(frozen=True)
+class HelperSpec:
+    """A featureset's own method, shipped with it: ``cls.<name>(...)`` in its extractors."""
+
+    name: str
+    kind: Literal["classmethod", "staticmethod"]
+    code: UserCode
 
 
 # --------------------------------------------------------------------------- commit

@@ -117,8 +117,14 @@ class U:
     n_day: int = feature(Daily.n_day, default=0)
     country: str = feature(Profile.country, default="none")
     big: bool = feature(col("sum_2d") > 100.0)
+    home: str | None = feature(Profile.country)  # no default: missing where not found
+    home_or: str = feature(home, default="nowhere")  # an alias, defaulted
     age_days: float
     last_plus_max: float
+
+    @classmethod
+    def unknown_age(cls) -> float:  # a method of the featureset: `cls.` in an extractor
+        return -1.0
 
     @extractor(deps=[Profile])
     @inputs("uid")
@@ -126,7 +132,7 @@ class U:
     def age(cls, ts: pd.Series, uid: pd.Series):
         p, found = Profile.lookup(ts, uid=uid, fields=["signup"])
         age = (ts - p["signup"]).dt.total_seconds() / 86400.0
-        return pd.DataFrame({"age_days": age.where(found, -1.0).fillna(-1.0)})
+        return pd.DataFrame({"age_days": age.where(found, cls.unknown_age()).fillna(-1.0)})
 
     @extractor(deps=[Spend, Profile])
     @inputs("uid")
@@ -227,8 +233,8 @@ def _spec_of(client: MockClient, name: str) -> Any:
     return client.featuresets[name]
 
 
-OUTPUTS = ["U.n_1h", "U.sum_2d", "U.max_2d", "U.n_day", "U.country", "U.big", "U.age_days",
-           "U.last_plus_max"]  # fmt: skip
+OUTPUTS = ["U.n_1h", "U.sum_2d", "U.max_2d", "U.n_day", "U.country", "U.big", "U.home_or",
+           "U.age_days", "U.last_plus_max"]  # fmt: skip
 
 
 def _query(oq: SparkOfflineQuery, spine: pd.DataFrame, outputs: list[str]) -> pd.DataFrame:
