@@ -35,6 +35,7 @@ from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.wire import spec
 
 TIME = "__time"
+LPOS = "__lpos"  # an element's place in its row's key list
 
 
 class OfflineQueryError(QueryError, ValueError):
@@ -88,6 +89,8 @@ class SparkOfflineQuery:
                     frame = self._expr(ex, frame, cols)
                 case "lookup":
                     frame = self._wave(qplan, frame, cols, until, done, known)
+                case "list_lookup":
+                    frame = self._list_lookup(ex, frame, cols, until)
                 case _:
                     frame = run_python(self.spark, self.catalog, self.featuresets, ex, frame,
                                        cols, TIME, until).localCheckpoint()  # fmt: skip
@@ -133,6 +136,44 @@ class SparkOfflineQuery:
         frame = spine.select(*picked, stamp.alias(TIME))
         # row ids fixed once (checkpointed): every later join and pass sees the same ids
         return frame.withColumn(RID, F.monotonically_increasing_id()).localCheckpoint()
+
+    def _list_lookup(
+        self, ex: spec.ExtractorSpec, frame: DataFrame, cols: dict[str, str], until: dt.date | None
+    ) -> DataFrame:
+        """A lookup keyed by list features, as the online executor does it: each element a
+        key looked up as of its row's time (one as-of pass over the exploded keys), the
+        answers (the default where not found) a list per row in the elements' order."""
+        name, field = str(ex.lookup_dataset), str(ex.lookup_field)
+        feature = self.features[self._out(ex)]
+        listed = feature.dtype.of if isinstance(feature.dtype, spec.OptionalType) else feature.dtype
+        assert isinstance(listed, spec.ListType)
+        element = spark_type(listed.of)
+        ins = [cols[i] for i in ex.inputs]
+        keys = [f"__lk{j}" for j in range(len(ins))]
+        zipped = F.arrays_zip(*[F.col(c) for c in ins])  # fields named as the columns
+        exploded = frame.select(RID, TIME, F.posexplode(zipped).alias(LPOS, "__kv")).select(
+            RID,
+            LPOS,
+            TIME,
+            *[F.col("__kv").getField(c).alias(k) for c, k in zip(ins, keys, strict=True)],
+        )
+        where = f"extractor {ex.featureset}.{ex.name}"
+        req = Requests(exploded, (RID, LPOS), tuple(keys), TIME)
+        got = lookup_asof(self.spark, self.catalog, name, req, [field], until, where)
+        value = F.when(F.col(FOUND), _quoted(field))
+        default = ex.default if ex.default is not None else feature.default
+        if default is not None:
+            value = F.coalesce(value.cast(element), F.lit(default).cast(element))
+        packed = got.groupBy(RID).agg(
+            F.sort_array(
+                F.collect_list(F.struct(F.col(LPOS), value.cast(element).alias("v")))
+            ).alias("__vs")
+        )
+        lists = packed.select(RID, F.transform("__vs", lambda s: s.getField("v")).alias("__list"))
+        out = cols[self._out(ex)]
+        empty = F.array().cast(spark_type(listed))  # a row of no keys: an empty list
+        joined = frame.join(lists, RID, "left")
+        return joined.withColumn(out, F.coalesce(F.col("__list"), empty)).drop("__list")
 
     def _alias(self, ex: spec.ExtractorSpec, cols: dict[str, str]) -> Column:
         """The other feature's values; where missing, the alias's default."""

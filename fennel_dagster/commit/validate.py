@@ -199,7 +199,7 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                         f"depends on dataset {d}, which is not in the commit",
                         f"add {d} to the commit",
                     )
-            if ex.kind == "lookup":
+            if ex.kind in ("lookup", "list_lookup"):
                 ds = g.datasets.get(ex.lookup_dataset or "")
                 if ds is not None and ex.lookup_field not in {f.name for f in ds.fields}:
                     yield Violation(

@@ -114,7 +114,8 @@ def check_extractor(fs: spec.FeaturesetSpec, ex: spec.ExtractorSpec) -> Iterable
             )
     if not ex.outputs:
         yield Violation(entity, "", "has no outputs", "name the features it computes with @outputs")
-    needs = {"python": ex.code, "expr": ex.expr, "lookup": ex.lookup_dataset and ex.lookup_field,
+    looks = ex.lookup_dataset and ex.lookup_field
+    needs = {"python": ex.code, "expr": ex.expr, "lookup": looks, "list_lookup": looks,
              "alias": ex.inputs[0] if len(ex.inputs) == 1 else None}  # fmt: skip
     if not needs.get(ex.kind):
         yield Violation(

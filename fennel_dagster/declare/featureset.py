@@ -136,7 +136,11 @@ def _extractor(
 
 
 def _auto_extractor(
-    fs: str, f: Feature, features: dict[str, Feature], declared: dict[int, str]
+    fs: str,
+    f: Feature,
+    features: dict[str, Feature],
+    declared: dict[int, str],
+    types: dict[str, spec.DType],
 ) -> spec.ExtractorSpec:
     where = f"feature {fs}.{f.name}"
     ref = f.ref
@@ -151,8 +155,11 @@ def _auto_extractor(
                 f"{where} looks up {ref.qualified()}, keyed by {', '.join(keys)}, but {fs} has no "
                 f"feature named {', '.join(missing)}: add `{missing[0]}: <type>` to {fs}"
             )
+        # keyed by lists (user_ids: List[int]): a key per element, the answers a list
+        listed = all(isinstance(_bare(types[k]), spec.ListType) for k in keys)
         return spec.ExtractorSpec(
-            name=name, featureset=fs, kind="lookup", inputs=tuple(f"{fs}.{k}" for k in keys),
+            name=name, featureset=fs, kind="list_lookup" if listed else "lookup",
+            inputs=tuple(f"{fs}.{k}" for k in keys),
             outputs=(f.name,), version=f.version, deps=(ref.dataset,),
             lookup_dataset=ref.dataset, lookup_field=ref.name, default=f.default,
         )  # fmt: skip
@@ -228,13 +235,19 @@ def featureset(cls: type) -> type:
         if hasattr(getattr(v, "__func__", v), "__fennel_extractor__")
     ]
     extractors += [
-        _auto_extractor(name, f, features, declared) for f in features.values() if f.ref is not None
+        _auto_extractor(name, f, features, declared, {x.name: x.dtype for x in specs})
+        for f in features.values()
+        if f.ref is not None
     ]
     new._spec = spec.FeaturesetSpec(  # type: ignore[attr-defined]
         name=name, features=specs, extractors=tuple(sorted(extractors, key=lambda e: e.name)),
         meta=meta_of(cls, inspect.getdoc(cls) or ""), helpers=_helpers(cls),
     )  # fmt: skip
     return new
+
+
+def _bare(t: spec.DType) -> spec.DType:
+    return t.of if isinstance(t, spec.OptionalType) else t
 
 
 def _helpers(cls: type) -> tuple[spec.HelperSpec, ...]:

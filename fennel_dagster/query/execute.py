@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fennel_dagster.declare.answers import answer_column
@@ -149,6 +150,33 @@ class QueryExecutor:
             return dict(zip(groups, self.parallel.map(fetch, groups), strict=True))
         return {key: fetch(key) for key in groups}
 
+    def _list_lookup(
+        self, ex: spec.ExtractorSpec, columns: Columns, ts: pd.Series, feat: spec.FeatureSpec
+    ) -> pd.Series:
+        """A lookup keyed by list features: every element a key, looked up at its row's
+        time, the answers (the default where one is not found) a list per row in order."""
+        ds = self.datasets[str(ex.lookup_dataset)]
+        field = str(ex.lookup_field)
+        lists = _lists(f"extractor {ex.featureset}.{ex.name}", [columns[i] for i in ex.inputs])
+        counts = [len(r) for r in lists[0]]
+        keys = pd.DataFrame(
+            {k: [x for r in col for x in r] for k, col in zip(ds.keys, lists, strict=True)}
+        )
+        at = pd.Series(np.repeat(utc(ts).to_numpy(), counts))
+        values: list[Any] = []
+        if len(keys):
+            df, found = self.provider(ds.name, at, keys, [field])
+            got = zip(df[field].tolist(), found.tolist(), strict=True)
+            values = [v if hit else None for v, hit in got]
+        default = ex.default if ex.default is not None else feat.default
+        if default is not None:
+            values = [default if v is None or v is pd.NA else v for v in values]
+        out, start = [], 0
+        for n in counts:
+            out.append(values[start : start + n])
+            start += n
+        return answer_column(pd.Series(out, dtype=object), feat.dtype)
+
     def _run_one(
         self,
         ex: spec.ExtractorSpec,
@@ -193,6 +221,8 @@ class QueryExecutor:
                 col = col.infer_objects()
             # as a lookup answers it: nullable dtypes, pd.NA where missing (Fennel's lookups)
             return {ex.outputs[0]: answer_column(astype(positional(col), feat.dtype), feat.dtype)}
+        if ex.kind == "list_lookup":
+            return {ex.outputs[0]: self._list_lookup(ex, columns, ts, dtypes[ex.outputs[0]])}
         fn = self._callable(ex)
         args = [columns[i] for i in ex.inputs]
         try:
@@ -216,6 +246,19 @@ class QueryExecutor:
                 f"expected {rows} rows with columns {list(ex.outputs)}"
             )
         return {o: astype(result[o].reset_index(drop=True), dtypes[o].dtype) for o in ex.outputs}
+
+
+def _lists(where: str, columns: list[pd.Series]) -> list[list[Any]]:
+    """Each row's key lists (None: an empty one), the same length across the inputs."""
+    rows = [[[] if v is None or v is pd.NA else list(v) for v in c.tolist()] for c in columns]
+    for j, col in enumerate(rows[1:], start=1):
+        for i, (a, b) in enumerate(zip(rows[0], col, strict=True)):
+            if len(a) != len(b):
+                raise ExtractorError(
+                    f"{where}: row {i} has {len(a)} keys in its first list input and {len(b)} "
+                    f"in input {j + 1}: give every key list of a row the same length"
+                )
+    return rows
 
 
 def prefetches(plan: QueryPlan, inputs: Sequence[str]) -> dict[LookupKey, list[str]]:

@@ -140,6 +140,8 @@ def gather_plan(
     for ex in plan.steps:
         outputs = [f"{ex.featureset}.{o}" for o in ex.outputs]
         if ex.kind == "alias":
+            if ex.default is not None:
+                return None  # its default fills in where missing: the executor's road
             steps.append(_Alias(outputs[0], ex.inputs[0]))
             continue
         dataset = ex.lookup_dataset

@@ -608,7 +608,8 @@ class FeatureSpec:
     meta: MetaSpec = field(default_factory=MetaSpec)
 
 
-ExtractorKind = Literal["python", "lookup", "alias", "expr"]
+# list_lookup: a lookup keyed by list features, one key per element (Fennel's list lookup)
+ExtractorKind = Literal["python", "lookup", "list_lookup", "alias", "expr"]
 
 
 @dataclass(frozen=True)

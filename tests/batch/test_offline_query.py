@@ -146,7 +146,18 @@ class U:
         return pd.DataFrame({"last_plus_max": lasts + pf.astype(float)})
 
 
+@meta(owner=OWNER)
+@featureset
+class Group:
+    """Lookups keyed by a list: an element a key (Fennel's list lookup)."""
+
+    uid: list[int]
+    countries: list[str] = feature(Profile.country, default="none")
+    sums: list[float | None] = feature(Spend.sum_2d)  # served by an aggregate
+
+
 DATASETS = [Txn, Profile, Spend, Daily]
+FEATURESETS = [U, Group]
 
 
 def _events(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -168,7 +179,7 @@ def _events(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _mock(txn: pd.DataFrame, profile: pd.DataFrame) -> MockClient:
     client = MockClient()
-    client.commit("offline", datasets=DATASETS, featuresets=[U])
+    client.commit("offline", datasets=DATASETS, featuresets=FEATURESETS)
     client.log("hook", "txn", txn)
     client.log("hook", "user", profile)
     return client
@@ -176,7 +187,7 @@ def _mock(txn: pd.DataFrame, profile: pd.DataFrame) -> MockClient:
 
 def _catalog(settings: Settings, client: MockClient, namespace: str) -> OfflineCatalog:
     """The branch's compiled jobs, with each offline table holding the mock's rows."""
-    commit = commit_spec("offline", DATASETS, [U])
+    commit = commit_spec("offline", DATASETS, FEATURESETS)
     jobs = jobs_of(compile_blueprints(EntityGraph.build(commit), namespace))
     catalog = OfflineCatalog(settings, jobs)
     for name, table in catalog.tables.items():
@@ -226,7 +237,7 @@ def world(live_stack: Settings, spark: Any) -> tuple[MockClient, SparkOfflineQue
     txn, profile = _events(seed=3)
     client = _mock(txn, profile)
     catalog = _catalog(live_stack, client, f"oq{uuid.uuid4().hex[:8]}")
-    return client, SparkOfflineQuery(spark, catalog, [_spec_of(client, "U")])
+    return client, SparkOfflineQuery(spark, catalog, [_spec_of(client, n) for n in ("U", "Group")])
 
 
 def _spec_of(client: MockClient, name: str) -> Any:
@@ -248,6 +259,23 @@ def test_spark_query_offline_equals_the_mock(world: tuple[MockClient, SparkOffli
     want = client.query_offline(["U.uid"], OUTPUTS, spine, "when")
     got = _query(oq, spine, OUTPUTS)
     _same(got, want)
+
+
+def test_list_lookups_on_spark_equal_the_mocks(world: tuple[MockClient, SparkOfflineQuery]) -> None:
+    client, oq = world
+    rng = np.random.default_rng(11)
+    spine = pd.DataFrame({
+        "Group.uid": [[int(u) for u in rng.integers(0, 10, int(n))] for n in rng.integers(0, 4, 40)],
+        "when": [T0 + timedelta(seconds=int(s)) for s in rng.integers(-3600, 6 * 86400, 40)],
+    })  # fmt: skip
+    outputs = ["Group.countries", "Group.sums"]
+    want = client.query_offline(["Group.uid"], outputs, spine, "when")
+    q = OfflineQuery(("Group.uid",), tuple(outputs), "when")
+    got = to_pandas(oq.run(q, oq.spark.createDataFrame(spine)))
+    _same(got, want)
+    flat = [c for row in want["Group.countries"] for c in row]
+    assert "none" in flat and set(flat) - {"none"}, "found and missing keys both compared"
+    assert [] in want["Group.countries"].tolist(), "a row of no keys compared"
 
 
 def test_no_leakage_at_and_after_an_event(world: tuple[MockClient, SparkOfflineQuery]) -> None:

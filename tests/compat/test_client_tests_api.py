@@ -12,7 +12,7 @@ from decimal import Decimal as PyDecimal
 import pandas as pd
 import pytest
 
-from fennel_dagster import dataset, field, inputs, pipeline
+from fennel_dagster import dataset, feature, featureset, field, inputs, pipeline
 from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Sum
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.dtypes import Continuous, Decimal, Hopping, Tumbling, Window
@@ -356,3 +356,34 @@ def test_decimal_amounts_aggregate_to_decimals_at_their_scale() -> None:
     assert df["high"].tolist() == [PyDecimal("1000000.07")] * 2
     assert df["mean"].tolist() == pytest.approx([1000000.37 / 3, 1000000.17 / 2])
     assert df["median"].tolist() == pytest.approx([0.20, 1000000.07])
+
+
+def test_a_lookup_keyed_by_a_list_answers_a_list() -> None:
+    """Fennel's list lookup: a feature keyed by ``List[int]`` looks up every element at its
+    row's time; missing ones are pd.NA, or the feature's default."""
+
+    @source(WEBHOOK.endpoint("Member"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class Member:
+        uid: int = field(key=True)
+        name: str
+        country: str | None
+        ts: datetime
+
+    @featureset
+    class Crew:
+        uid: list[int]
+        names: list[str] = feature(Member.name, default="Unknown")
+        countries: list[str | None] = feature(Member.country)
+
+    client = MockClient()
+    client.commit("v1", datasets=[Member], featuresets=[Crew])
+    client.log("fennel_webhook", "Member", pd.DataFrame(
+        {"uid": [1, 2], "name": ["Ann", "Bo"], "country": ["NO", None], "ts": [T0, T0]}
+    ))  # fmt: skip
+    out = client.query(
+        outputs=[Crew.names, Crew.countries], inputs=[Crew.uid],
+        input_dataframe=pd.DataFrame({"Crew.uid": [[1, 2, 3], [], [2]]}),
+    )  # fmt: skip
+    assert out["Crew.names"].tolist() == [["Ann", "Bo", "Unknown"], [], ["Bo"]]
+    assert out["Crew.countries"].tolist() == [["NO", pd.NA, pd.NA], [], [pd.NA]]
