@@ -36,6 +36,19 @@ class Event:
     ts: datetime
 
 
+@meta(owner=OWNER)
+@dataset(index=True)
+class Latest:
+    uid: int = field(key=True)
+    amount: int
+    ts: datetime
+
+    @pipeline
+    @inputs(Event)
+    def latest(cls, ev):
+        return ev.groupby("uid").latest()
+
+
 def _by_window(kind: str, *spans: str, emit: str = "eager", with_aggs: bool = True) -> type:
     """A dataset ``Stats`` of Event grouped by uid and a window of ``kind`` (literals only:
     the pipeline ships as source)."""
@@ -183,37 +196,6 @@ def _without_window_key() -> None:
             return ev.groupby("uid", window=Tumbling("1h")).aggregate(n=Count())
 
 
-def test_window_keys_over_a_keyed_dataset_are_refused() -> None:
-    @meta(owner=OWNER)
-    @dataset(index=True)
-    class Latest:
-        uid: int = field(key=True)
-        amount: int
-        ts: datetime
-
-        @pipeline
-        @inputs(Event)
-        def latest(cls, ev):
-            return ev.groupby("uid").latest()
-
-    with pytest.raises(DeclarationError, match="over a keyed dataset"):
-        _over(Latest)
-
-
-def _over(latest_ds: type) -> None:
-    @meta(owner=OWNER)
-    @dataset(index=True)
-    class Stats:
-        uid: int = field(key=True)
-        window: Window = field(key=True)
-        ts: datetime
-
-        @pipeline
-        @inputs(latest_ds)
-        def stats(cls, latest):
-            return latest.groupby("uid", window=Session("1h")).aggregate()
-
-
 @pytest.mark.parametrize(
     ("case", "match"),
     [
@@ -221,6 +203,7 @@ def _over(latest_ds: type) -> None:
         ("continuous", "Tumbling, Hopping or Session"),
         ("nothing", "at least one aggregation"),
         ("other window", "not be different from default window"),
+        ("keyed input", "over a keyed dataset"),
     ],
 )
 def test_misdeclared_window_keys_name_the_fix(case: str, match: str) -> None:
@@ -234,8 +217,10 @@ def test_misdeclared_window_keys_name_the_fix(case: str, match: str) -> None:
             ts: datetime
 
             @pipeline
-            @inputs(Event)
-            def stats(cls, ev):
+            @inputs(Event, Latest)
+            def stats(cls, ev, latest):
+                if case == "keyed input":
+                    return latest.groupby("uid", window=Session("1h")).aggregate()
                 if case == "first":
                     return ev.groupby("uid", window=Session("1h")).first()
                 if case == "continuous":
