@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+
+import pandas as pd
 
 from fennel_dagster.declare.dataset import Field
 from fennel_dagster.declare.dtypes import to_dtype
@@ -48,6 +51,19 @@ class Feature:
     def __str__(self) -> str:
         return self.fqn()
 
+    def __eq__(self, other: object) -> bool:
+        """As in Fennel: a named feature equals another of its name, or its name as text
+        (``Features.all() == ["Features.age", ...]``)."""
+        if isinstance(other, str):
+            return bool(self.name) and self.fqn() == other
+        if isinstance(other, Feature):
+            if self.name and other.name:
+                return self.fqn() == other.fqn()
+            return self is other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable until @featureset names it
+
 
 def feature(ref: Any = None, default: Any = None, version: int = 0, description: str = "") -> Any:
     return Feature(ref=ref, default=default, version=version, description=description)
@@ -80,10 +96,16 @@ def extractor(
 class Featureset:
     __fennel_featureset_name__: str
     _spec: spec.FeaturesetSpec
+    original_cls: type  # the class itself: Fennel's ``Features.fn(Features.original_cls, ...)``
 
     @classmethod
     def spec(cls) -> spec.FeaturesetSpec:
         return featureset_spec(cls)
+
+    @classmethod
+    def all(cls) -> list[Feature]:
+        """Its features in declaration order (Fennel's ``Featureset.all()``)."""
+        return [getattr(cls, f.name) for f in cls._spec.features]
 
 
 def _feature_name(item: Any, fs: str, where: str, own: dict[int, str] | None = None) -> str:
@@ -239,11 +261,35 @@ def featureset(cls: type) -> type:
         for f in features.values()
         if f.ref is not None
     ]
+    new.original_cls = new  # type: ignore[attr-defined]
+    for ex in extractors:
+        if ex.kind == "python":  # called directly in a unit test, as Fennel's wrapper does
+            setattr(new, ex.name, _called_directly(ns[ex.name], name, ex.inputs))
     new._spec = spec.FeaturesetSpec(  # type: ignore[attr-defined]
         name=name, features=specs, extractors=tuple(sorted(extractors, key=lambda e: e.name)),
         meta=meta_of(cls, inspect.getdoc(cls) or ""), helpers=_helpers(cls),
     )  # fmt: skip
     return new
+
+
+def _called_directly(fn: Any, fs: str, inputs: tuple[str, ...]) -> Any:
+    """An extractor called as ``Features.fn(Features, ts, *series)``: its inputs named by
+    feature and its outputs' columns qualified by the featureset, as Fennel's are."""
+
+    @functools.wraps(fn)
+    def call(cls: Any, ts: Any, *args: Any, **kwargs: Any) -> Any:
+        named = [
+            a.rename(n) if isinstance(a, pd.Series) else a
+            for n, a in zip(inputs, args, strict=False)
+        ]
+        out = fn(cls, ts, *named, *args[len(named) :], **kwargs)
+        if isinstance(out, pd.Series) and out.name is not None and "." not in str(out.name):
+            out = out.rename(f"{fs}.{out.name}")
+        elif isinstance(out, pd.DataFrame):
+            out = out.rename(columns={c: f"{fs}.{c}" for c in out.columns if "." not in str(c)})
+        return out
+
+    return call
 
 
 def _bare(t: spec.DType) -> spec.DType:

@@ -12,7 +12,7 @@ from decimal import Decimal as PyDecimal
 import pandas as pd
 import pytest
 
-from fennel_dagster import dataset, feature, featureset, field, inputs, pipeline
+from fennel_dagster import dataset, extractor, feature, featureset, field, inputs, outputs, pipeline
 from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Sum
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.dtypes import Continuous, Decimal, Hopping, Tumbling, Window
@@ -387,3 +387,36 @@ def test_a_lookup_keyed_by_a_list_answers_a_list() -> None:
     )  # fmt: skip
     assert out["Crew.names"].tolist() == [["Ann", "Bo", "Unknown"], [], ["Bo"]]
     assert out["Crew.countries"].tolist() == [["NO", pd.NA, pd.NA], [], [pd.NA]]
+
+
+def test_an_extractor_called_directly_names_its_columns_as_fennels_do() -> None:
+    """Fennel's unit tests call an extractor on the class: ``Fs.fn(Fs.original_cls, ts,
+    *series)``; its outputs come back named by feature, ``Fs.all()`` lists the features,
+    and a method of the featureset is there for ``cls.`` (as it is where extractors run)."""
+
+    @featureset
+    class Ages:
+        age: int
+        doubled: int
+        common: bool
+
+        @extractor
+        @inputs("age")
+        @outputs("doubled", "common")
+        def double(cls, ts: pd.Series, age: pd.Series):
+            assert age.name == "Ages.age"
+            return pd.DataFrame({"doubled": age * 2, "common": age.isin(cls.usual())})
+
+        @classmethod
+        def usual(cls) -> list[int]:
+            return [30]
+
+    assert Ages.all() == ["Ages.age", "Ages.doubled", "Ages.common"]
+    ts = pd.Series([T0, T0])
+    out = Ages.double(Ages.original_cls, ts, pd.Series([30, 4]))
+    assert out["Ages.doubled"].tolist() == [60, 8] and out["Ages.common"].tolist() == [True, False]
+    client = MockClient()
+    client.commit("v1", datasets=[], featuresets=[Ages])
+    got = client.query(outputs=[Ages.common], inputs=[Ages.age],
+                       input_dataframe=pd.DataFrame({"Ages.age": [30, 4]}))  # fmt: skip
+    assert got["Ages.common"].tolist() == [True, False]
