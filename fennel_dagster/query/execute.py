@@ -190,13 +190,15 @@ class QueryExecutor:
         where = f"extractor {ex.featureset}.{ex.name}"
         if ex.kind == "alias":  # the other feature's values; where missing, the default
             col = columns[ex.inputs[0]]
-            if ex.default is not None and col.isna().any():
-                col = col.astype(object).where(col.notna(), ex.default)
+            if ex.default is not None:
+                col = _filled(col, ex.default)
             return {ex.outputs[0]: col}
         if ex.kind == "expr":
             local = pd.DataFrame({i.split(".", 1)[1]: columns[i] for i in ex.inputs})
             out = astype(evaluate(ex.expr, local), dtypes[ex.outputs[0]].dtype)  # type: ignore[arg-type]
-            if ex.default is not None:
+            if isinstance(ex.default, list | tuple | dict):
+                out = _filled(out, ex.default)
+            elif ex.default is not None:
                 out = out.fillna(ex.default)
             return {ex.outputs[0]: out}
         if ex.kind == "lookup":
@@ -215,8 +217,8 @@ class QueryExecutor:
                 col = col.where(hit) if masked else col.astype(object).where(hit, None)
             feat = dtypes[ex.outputs[0]]
             default = ex.default if ex.default is not None else feat.default
-            if default is not None and col.isna().any():
-                col = col.astype(object).where(col.notna(), default)
+            if default is not None:
+                col = _filled(col, default)
             if col.dtype == object:
                 col = col.infer_objects()
             # as a lookup answers it: nullable dtypes, pd.NA where missing (Fennel's lookups)
@@ -246,6 +248,18 @@ class QueryExecutor:
                 f"expected {rows} rows with columns {list(ex.outputs)}"
             )
         return {o: astype(result[o].reset_index(drop=True), dtypes[o].dtype) for o in ex.outputs}
+
+
+def _filled(col: pd.Series, default: Any) -> pd.Series:
+    """``col`` with ``default`` where a value is missing; a list or dict default (an
+    embedding's) goes in whole, not spread over the rows as pandas would."""
+    if not col.isna().any():
+        return col
+    if not isinstance(default, list | tuple | dict):
+        return col.astype(object).where(col.notna(), default)
+    missing = col.isna().tolist()
+    values = [default if m else v for v, m in zip(col.tolist(), missing, strict=True)]
+    return pd.Series(values, index=col.index, dtype=object, name=col.name)
 
 
 def _lists(where: str, columns: list[pd.Series]) -> list[list[Any]]:

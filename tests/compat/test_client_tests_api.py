@@ -15,7 +15,7 @@ import pytest
 from fennel_dagster import dataset, extractor, feature, featureset, field, inputs, outputs, pipeline
 from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Sum
 from fennel_dagster.declare.errors import DeclarationError
-from fennel_dagster.dtypes import Continuous, Decimal, Hopping, Tumbling, Window
+from fennel_dagster.dtypes import Continuous, Decimal, Embedding, Hopping, Tumbling, Window
 from fennel_dagster.lib import bucketize
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook, source
@@ -420,3 +420,26 @@ def test_an_extractor_called_directly_names_its_columns_as_fennels_do() -> None:
     got = client.query(outputs=[Ages.common], inputs=[Ages.age],
                        input_dataframe=pd.DataFrame({"Ages.age": [30, 4]}))  # fmt: skip
     assert got["Ages.common"].tolist() == [True, False]
+
+
+def test_a_list_default_fills_a_missing_embedding_whole() -> None:
+    @source(WEBHOOK.endpoint("Image"), disorder="1d", cdc="upsert")
+    @dataset(index=True)
+    class Image:
+        image_id: int = field(key=True)
+        embedding: Embedding[2]
+        ts: datetime
+
+    @featureset
+    class Pic:
+        image_id: int
+        embedding: Embedding[2] = feature(Image.embedding, default=[11.0, 13.2])
+
+    client = MockClient()
+    client.commit("v1", datasets=[Image], featuresets=[Pic])
+    client.log("fennel_webhook", "Image", pd.DataFrame(
+        {"image_id": [1], "embedding": [[1.0, 2.0]], "ts": [T0]}
+    ))  # fmt: skip
+    got = client.query(outputs=[Pic.embedding], inputs=[Pic.image_id],
+                       input_dataframe=pd.DataFrame({"Pic.image_id": [1, 4]}))  # fmt: skip
+    assert got["Pic.embedding"].tolist() == [[1.0, 2.0], [11.0, 13.2]]
