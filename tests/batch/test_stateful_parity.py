@@ -164,8 +164,8 @@ def _norm(v: Any) -> Any:
     if isinstance(v, pd.Timestamp | datetime):
         t = pd.Timestamp(v)
         return t.tz_localize(None) if t.tzinfo else t
-    if isinstance(v, float):
-        return round(v, 6)
+    if isinstance(v, float | PyDecimal):  # a Decimal field's value, as the JSON of a topic too
+        return round(float(v), 6)
     if hasattr(v, "tolist"):  # numpy arrays from pandas
         v = v.tolist()
     if isinstance(v, list | tuple):

@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal as PyDecimal
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import pytest
 from fennel_dagster import dataset, field, inputs, meta, pipeline, source
 from fennel_dagster.aggregate import Avg, Count, Distinct, LastK, Max, Min, Sum
 from fennel_dagster.client import LocalClient
-from fennel_dagster.dtypes import Window
+from fennel_dagster.dtypes import Decimal, Window
 from fennel_dagster.expr import col
 from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.registry import list_jobs
@@ -32,7 +33,7 @@ from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Hopping, Session, Tumbling
-from fennel_dagster.wire import plan
+from fennel_dagster.wire import plan, spec
 from tests.batch.test_stateful_parity import _columns, _mock_rows, _multiset, _spark_rows
 from tests.engine.harness import Fleet, produce_rows, read_topic, wait_for
 from tests.platform import drop_platform
@@ -118,6 +119,32 @@ def _by_window(name: str, kind: str, *spans: str, **extra: Any) -> type:
 
     ByWindow.__name__ = ByWindow.__qualname__ = name
     return meta(owner=OWNER)(dataset(index=True)(ByWindow))
+
+
+@meta(owner=OWNER)
+@dataset(index=True)
+class Spent:
+    """Decimal amounts: read as floats, a Decimal result back at its scale."""
+
+    uid: int = field(key=True)
+    hourly: Decimal[2]
+    top: Decimal[2]
+    mean: float
+    ts: datetime
+
+    @pipeline
+    @inputs(Ev)
+    def spent(cls, ev):
+        amounts = ev.dropnull("v").assign(  # cents that no float holds exactly
+            "amt",
+            Decimal[2],
+            lambda df: df["v"].map(lambda x: PyDecimal(int(x) * 7919 + 3).scaleb(-2)),
+        )
+        return amounts.groupby("uid").aggregate(
+            hourly=Sum(of="amt", window=Continuous("1h")),
+            top=Max(of="amt", window=Continuous("forever"), default=0.0),
+            mean=Avg(of="amt", window=Continuous("forever")),
+        )
 
 
 BY_WINDOW = {
@@ -222,8 +249,8 @@ class Shaped:
         return tagged.drop(["v", "s"])
 
 
-DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), *BY_WINDOW.values(), Earliest,
-                        Newest, Once, Hourly, Located, Shaped]  # fmt: skip
+DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), *BY_WINDOW.values(), Spent,
+                        Earliest, Newest, Once, Hourly, Located, Shaped]  # fmt: skip
 
 
 def _events() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -301,8 +328,15 @@ def _same(runs: Runs, target: str) -> None:
     cols = _columns(DATASETS, target)
 
     def rows(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        kept = [{**r, "ts": pd.Timestamp(r["ts"])} for r in records if r["uid"] != FLUSH_UID]
+        kept = [
+            {**r, "ts": pd.Timestamp(r["ts"]),  # a topic's JSON holds a Decimal as its text
+             **{c: PyDecimal(r[c]) for c in decimals if isinstance(r.get(c), str)}}
+            for r in records if r["uid"] != FLUSH_UID
+        ]  # fmt: skip
         return _multiset(kept, cols)
+
+    target_spec = next(d.spec() for d in DATASETS if d.spec().name == target)
+    decimals = [f.name for f in target_spec.fields if isinstance(f.dtype, spec.DecimalType)]
 
     engine, spark, mock = (
         rows(runs.engine[target]),
@@ -340,6 +374,10 @@ def test_aggregate_by_hopping_window_key_on_engine_spark_and_mock(runs: Runs) ->
 
 def test_sessions_as_they_grow_on_engine_spark_and_mock(runs: Runs) -> None:
     _same(runs, "SessionsSoFar")
+
+
+def test_decimal_aggregates_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "Spent")
 
 
 def test_first_on_engine_spark_and_mock(runs: Runs) -> None:
