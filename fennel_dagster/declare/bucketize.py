@@ -20,7 +20,7 @@ def bucketize(
     every hour, or a ``Tumbling``/``Hopping``) that ended at or before ``timestamp``, in
     whole seconds as Fennel counts them."""
     if isinstance(window, Tumbling | Hopping):
-        size, stride = window.duration, getattr(window, "stride", window.duration)
+        size, stride = window.duration, window.stride
     elif isinstance(window, tuple):
         size, stride = duration(window[0], "bucketize"), duration(window[1], "bucketize stride")
     elif isinstance(window, str):

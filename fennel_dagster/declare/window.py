@@ -57,9 +57,14 @@ class Tumbling(Window):
         self.duration = _seconds(duration, f"Tumbling({duration!r})")
         self.lookback = _seconds(lookback, "Tumbling lookback") if lookback else 0
 
+    @property
+    def stride(self) -> int:
+        """A tumbling window starts where the last one ended: its stride is its length."""
+        return self.duration
+
     def to_ir(self) -> spec.WindowSpec:
         return spec.WindowSpec(
-            kind="tumbling", duration=self.duration, stride=self.duration, lookback=self.lookback
+            kind="tumbling", duration=self.duration, stride=self.stride, lookback=self.lookback
         )
 
 
