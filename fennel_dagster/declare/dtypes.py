@@ -82,11 +82,19 @@ def declared_struct(name: str) -> type | None:
     return _STRUCTS.get(name)
 
 
+def struct_fields(value: Any) -> dict[str, Any] | None:
+    """A ``@struct`` instance's fields (a Window from ``bucketize``, a user's struct), None
+    for any other value: structs travel as objects of their fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return None
+
+
 def as_json(value: Any) -> Any:
     """A struct value as a dict of its fields (nested structs, lists and dicts too), as
     Fennel's ``as_json`` gives it: times stay datetimes."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if (fields := struct_fields(value)) is not None:
+        return {k: as_json(v) for k, v in fields.items()}
     if isinstance(value, list | tuple):
         return [as_json(v) for v in value]
     if isinstance(value, dict):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -14,7 +13,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from fennel_dagster.declare.dtypes import decimal_of
+from fennel_dagster.declare.dtypes import decimal_of, struct_fields
 from fennel_dagster.ops.limits import parse_timestamp
 from fennel_dagster.wire import spec
 
@@ -24,14 +23,6 @@ def base_type(t: spec.DType) -> spec.DType:
     while isinstance(t, spec.OptionalType | spec.BetweenType | spec.OneOfType):
         t = t.of
     return t
-
-
-def struct_fields(v: Any) -> dict[str, Any] | None:
-    """A ``@struct`` instance's fields (a Window from ``bucketize``, a user's struct), None
-    for any other value: structs travel as objects of their fields."""
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    return None
 
 
 def json_value(v: Any) -> Any:

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.declare.dtypes import render
+from fennel_dagster.declare.dtypes import render, struct_fields
 from fennel_dagster.ops import limits
-from fennel_dagster.ops.rows import from_records, json_value, struct_fields, to_records
+from fennel_dagster.ops.rows import from_records, json_value, to_records
 from fennel_dagster.wire import spec
 
 
