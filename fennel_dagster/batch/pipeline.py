@@ -42,7 +42,7 @@ from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.keys import micros
 from fennel_dagster.ops.limits import INT64_MAX, INT64_MIN
 from fennel_dagster.ops.pipeline import BatchResult, PipelineExecutor
-from fennel_dagster.ops.rows import base_type
+from fennel_dagster.ops.rows import base_type, typed_series
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.wire import spec
 
@@ -321,6 +321,8 @@ def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFr
         elif isinstance(dec := base_type(f.dtype), spec.DecimalType):  # a float sum: its scale
             s = pd.Series([decimal_of(v, dec.scale) for v in s.tolist()], index=s.index,
                           dtype=object)  # fmt: skip
+        elif isinstance(base_type(f.dtype), spec.ListType):  # a LastK of dates: its items typed
+            s = pd.Series(typed_series(s.tolist(), f.dtype).tolist(), index=s.index, dtype=object)
         out[f.name] = s.astype(object).where(s.notna(), None) if s.dtype != object else s
     frame = pd.DataFrame(out)
     return frame if bool(fits.all()) else frame[fits.to_numpy()].reset_index(drop=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 from typing import Any
 
 from fennel_dagster.declare.errors import DeclarationError
@@ -31,9 +33,23 @@ class Aggregation:
             )
         if self.needs_of and not self.of:
             raise DeclarationError(f"{where}: {name} for '{into}' needs of=<field to aggregate>")
+        params = dict(self.params)
+        if "default" in params:
+            params["default"] = _plain(params["default"])
         return spec.AggSpec(
-            kind=self.kind, into=into, window=self.window.to_ir(), of=self.of, **self.params
+            kind=self.kind, into=into, window=self.window.to_ir(), of=self.of, **params
         )
+
+
+def _plain(default: Any) -> Any:
+    """A default as the IR holds it (plain data): a date or datetime as its ISO text (UTC),
+    a Decimal as its text; the output field's type reads it back."""
+    if isinstance(default, dt.datetime):
+        aware = default if default.tzinfo else default.replace(tzinfo=dt.UTC)
+        return aware.astimezone(dt.UTC).isoformat()
+    if isinstance(default, dt.date):
+        return default.isoformat()
+    return str(default) if isinstance(default, decimal.Decimal) else default
 
 
 class Count(Aggregation):

@@ -19,6 +19,7 @@ import pandas as pd
 from fennel_dagster.declare.dtypes import render
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops import aggregate, index
+from fennel_dagster.ops.aggregate import temporal
 from fennel_dagster.ops.columns import decimals_as_floats
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.keys import key_prefix, micros
@@ -66,6 +67,9 @@ class PipelineExecutor:
         self.datasets = datasets
         self.scope = f"{pipeline.dataset}.{pipeline.name}"
         self._code: dict[int, Callable[..., Any]] = {}
+        out = datasets.get(pipeline.dataset)
+        # the declared types of the output's fields (a Min/Max of dates answers dates)
+        self._output_types = {f.name: f.dtype for f in out.fields} if out is not None else {}
 
     def _fn(self, code: spec.UserCode) -> Callable[..., Any]:
         key = id(code)
@@ -191,11 +195,14 @@ class PipelineExecutor:
                 df = decimals_as_floats(
                     df, {a.of for a in node.aggs if a.of and a.kind in _NUMERIC}
                 )
+                times = temporal.kinds(node, self._output_types, df)
+                node, df = temporal.as_numbers(node, df, times)
                 if aggregate.is_continuous(node):
-                    return aggregate.run_continuous(node, self.scope, df, ts, state, wb)
-                rows, late = aggregate.run_windowed(node, self.scope, df, ts, state, wb)
-                res.late += late
-                return rows
+                    rows = aggregate.run_continuous(node, self.scope, df, ts, state, wb)
+                else:
+                    rows, late = aggregate.run_windowed(node, self.scope, df, ts, state, wb)
+                    res.late += late
+                return temporal.answered(rows, times)
             case spec.FirstNode(keys=keys) | spec.LatestNode(keys=keys):
                 return self._first_latest(node, keys, df, ts, state, wb)
             case spec.DedupNode():

@@ -135,7 +135,29 @@ def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
             return pd.Series(values, dtype="boolean")
         case spec.DecimalType(scale=scale):
             return pd.Series([decimal_of(v, scale) for v in values], dtype=object)
+        case spec.ListType(of=item) if isinstance(base_type(item), _TIMES):
+            # items as their type, not the JSON text a row or an aggregate's events hold
+            return pd.Series([[_time_item(x, item) for x in v] if _listed(v) else v
+                              for v in values], dtype=object)  # fmt: skip
     return pd.Series(values, dtype=object)
+
+
+_TIMES = (spec.DateType, spec.TimestampType)
+
+
+def _listed(v: Any) -> bool:
+    return isinstance(v, list | tuple | np.ndarray)
+
+
+def _time_item(v: Any, dtype: spec.DType) -> Any:
+    """One item of a list of dates or datetimes, from its JSON text or as it is."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(base_type(dtype), spec.DateType):
+        if isinstance(v, dt.datetime):
+            return v.date()
+        return dt.date.fromisoformat(v) if isinstance(v, str) else v
+    return parse_timestamp(v)
 
 
 def normalise(df: pd.DataFrame, fields: Sequence[spec.FieldSpec]) -> pd.DataFrame:

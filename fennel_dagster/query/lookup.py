@@ -16,6 +16,7 @@ import pandas as pd
 
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops import aggregate, index
+from fennel_dagster.ops.aggregate import temporal
 from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.ops.state import StateReader
@@ -45,7 +46,10 @@ def lookup_state(
             if k in rows.columns:
                 rows[k] = astype(keys[k], types[k]).to_numpy()
         return _not_found_as_null(rows, found, ds, types), found
-    values, found = aggregate.lookup_aggregate(state, serves.scope, serves.node, keys, ts)
+    times = temporal.kinds(serves.node, types, keys.iloc[0:0])
+    node = temporal.numbered(serves.node, times)
+    values, found = aggregate.lookup_aggregate(state, serves.scope, node, keys, ts)
+    values = temporal.answered(values, times)
     out = keys.copy()
     for c in values.columns:
         out[c] = values[c]

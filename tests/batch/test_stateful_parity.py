@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal as PyDecimal
 from typing import Any, Optional
 from unittest.mock import patch
@@ -159,7 +159,7 @@ def _rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _norm(v: Any) -> Any:
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
         return None
     if isinstance(v, pd.Timestamp | datetime):
         t = pd.Timestamp(v)
@@ -365,6 +365,74 @@ def test_aggregate_of_decimals(spark: Any, evs: list[dict[str, Any]], cents: lis
     cols = _columns([Pay, PaySums], "PaySums")
     assert want and all(isinstance(r["total"], PyDecimal) for r in want)
     assert _multiset(got, cols) == _multiset(want, cols)
+
+
+@meta(owner=OWNER)
+@source(Webhook(name="hook").endpoint("born"))
+@dataset
+class Born:
+    uid: int
+    day: Optional[date]  # noqa: UP045 - as Fennel's examples declare them
+    at: Optional[datetime]  # noqa: UP045
+    ts: datetime = field(timestamp=True)
+
+
+@meta(owner=OWNER)
+@dataset(index=True)
+class BornRange:
+    uid: int = field(key=True)
+    first_day: date
+    last_day: Optional[date]  # noqa: UP045
+    first_at: datetime
+    last_hour_at: Optional[datetime]  # noqa: UP045
+    days: list[Optional[date]]  # noqa: UP045
+    ts: datetime = field(timestamp=True)
+
+    @pipeline
+    @inputs(Born)
+    def extremes(cls, born):
+        return born.groupby("uid").aggregate(
+            first_day=Min(of="day", window=Continuous("forever"), default=date(1800, 1, 1)),
+            last_day=Max(of="day", window=Continuous("1d")),
+            first_at=Min(of="at", window=Continuous("forever"),
+                         default=datetime(1970, 1, 1, tzinfo=UTC)),
+            last_hour_at=Max(of="at", window=Continuous("1h")),
+            days=LastK(of="day", limit=2, dedup=False, window=Continuous("forever")),
+        )  # fmt: skip
+
+
+@given(
+    evs=events_strategy, offsets=st.lists(st.integers(-40_000, 40_000), min_size=60, max_size=60)
+)
+@EXAMPLES
+def test_min_max_of_dates_and_datetimes(
+    spark: Any, evs: list[dict[str, Any]], offsets: list[int]
+) -> None:
+    """Min and Max of dates and datetimes (the tiles read them as integers) answer dates and
+    datetimes, the same on both; a LastK of the same dates still reads dates."""
+    rows = []
+    for i, r in enumerate(_rows(evs)):
+        shift = offsets[i % len(offsets)]
+        day = None if r["v"] is None else date(2000, 1, 1) + timedelta(days=shift)
+        at = (
+            None
+            if r["v"] is None
+            else datetime(2000, 1, 1, tzinfo=UTC)
+            + timedelta(seconds=shift * 997, microseconds=shift)
+        )
+        rows.append({"uid": r["uid"], "day": day, "at": at, "ts": r["ts"]})
+    want = _mock_rows([Born, BornRange], "BornRange", {"born": rows})
+    got = _spark_rows(spark, [Born, BornRange], "BornRange", {"Born": rows})
+    cols = _columns([Born, BornRange], "BornRange")
+    assert want and all(isinstance(r["first_day"], date) for r in want)
+    assert _multiset(got, cols) == _multiset(want, cols)
+    days = [r["day"] for r in rows if r["day"] is not None]
+    ats = [r["at"] for r in rows if r["at"] is not None]
+    if days:  # the extremes are the inputs' own values, in their types
+        assert min(r["first_day"] for r in want if r["first_day"].year > 1800) == min(days)
+        assert min(pd.Timestamp(r["first_at"]) for r in want if r["first_at"].year > 1970) == min(
+            ats
+        )
 
 
 @given(evs=events_strategy)

@@ -6,7 +6,7 @@ and ``bucketize``."""
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal as PyDecimal
 
 import pandas as pd
@@ -443,3 +443,78 @@ def test_a_list_default_fills_a_missing_embedding_whole() -> None:
     got = client.query(outputs=[Pic.embedding], inputs=[Pic.image_id],
                        input_dataframe=pd.DataFrame({"Pic.image_id": [1, 4]}))  # fmt: skip
     assert got["Pic.embedding"].tolist() == [[1.0, 2.0], [11.0, 13.2]]
+
+
+def test_min_and_max_of_dates_and_datetimes_answer_their_type() -> None:
+    """Min/Max of a date and of a datetime, queried through a featureset with defaults for a
+    country never seen, as Fennel's ``test_complex_min_max`` does."""
+
+    @source(WEBHOOK.endpoint("People"), disorder="14d", cdc="append")
+    @dataset
+    class People:
+        uid: int
+        birthdate: date
+        birthtime: datetime
+        country: str
+        ts: datetime = field(timestamp=True)
+
+    @dataset(index=True)
+    class Births:
+        country: str = field(key=True)
+        min_birthdate: date
+        max_birthdate: date
+        min_birthtime: datetime
+        max_birthtime: datetime
+        ts: datetime = field(timestamp=True)
+
+        @pipeline
+        @inputs(People)
+        def births(cls, people):
+            return people.groupby("country").aggregate(
+                min_birthdate=Min(of="birthdate", window=Continuous("forever"),
+                                  default=date(1970, 1, 1)),
+                max_birthdate=Max(of="birthdate", window=Continuous("forever"),
+                                  default=date(1970, 1, 2)),
+                min_birthtime=Min(of="birthtime", window=Continuous("forever"),
+                                  default=datetime(1970, 1, 1, tzinfo=UTC)),
+                max_birthtime=Max(of="birthtime", window=Continuous("forever"),
+                                  default=datetime(1970, 1, 2, tzinfo=UTC)),
+            )  # fmt: skip
+
+    @featureset
+    class CountryFeatures:
+        country: str
+        min_birthdate: date = feature(Births.min_birthdate, default=date(1970, 1, 1))
+        max_birthdate: date = feature(Births.max_birthdate, default=date(1970, 1, 2))
+        min_birthtime: datetime = feature(
+            Births.min_birthtime, default=datetime(1970, 1, 1, tzinfo=UTC)
+        )
+        max_birthtime: datetime = feature(
+            Births.max_birthtime, default=datetime(1970, 1, 2, tzinfo=UTC)
+        )
+
+    client = MockClient()
+    client.commit("v1", datasets=[People, Births], featuresets=[CountryFeatures])
+    days = [date(1980, 1, 1), date(1990, 2, 11), date(2000, 3, 15), date(1997, 5, 22),
+            date(1987, 6, 6)]  # fmt: skip
+    client.log("fennel_webhook", "People", pd.DataFrame({
+        "uid": [1, 2, 3, 4, 5],
+        "country": ["India", "USA", "India", "USA", "UK"],
+        "birthdate": days,
+        "birthtime": [datetime(d.year, d.month, d.day, 6, tzinfo=UTC) for d in days],
+        "ts": [T0] * 5,
+    }))  # fmt: skip
+    df = client.query(
+        inputs=[CountryFeatures.country], outputs=[CountryFeatures],
+        input_dataframe=pd.DataFrame({"CountryFeatures.country": ["India", "USA", "UK", "China"]}),
+    )  # fmt: skip
+    assert df["CountryFeatures.min_birthdate"].tolist() == [
+        date(1980, 1, 1), date(1990, 2, 11), date(1987, 6, 6), date(1970, 1, 1)]  # fmt: skip
+    assert df["CountryFeatures.max_birthdate"].tolist() == [
+        date(2000, 3, 15), date(1997, 5, 22), date(1987, 6, 6), date(1970, 1, 2)]  # fmt: skip
+    assert df["CountryFeatures.min_birthtime"].tolist() == [
+        datetime(1980, 1, 1, 6, tzinfo=UTC), datetime(1990, 2, 11, 6, tzinfo=UTC),
+        datetime(1987, 6, 6, 6, tzinfo=UTC), datetime(1970, 1, 1, tzinfo=UTC)]  # fmt: skip
+    assert df["CountryFeatures.max_birthtime"].tolist() == [
+        datetime(2000, 3, 15, 6, tzinfo=UTC), datetime(1997, 5, 22, 6, tzinfo=UTC),
+        datetime(1987, 6, 6, 6, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC)]  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal as PyDecimal
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,40 @@ class Spent:
         )
 
 
+@meta(owner=OWNER)
+@dataset(index=True)
+class Spans:
+    """Min and Max of dates and datetimes (the tiles read them as integers), and a LastK of
+    the same dates, which still reads dates."""
+
+    uid: int = field(key=True)
+    first_day: date
+    last_day: date | None
+    first_at: datetime
+    last_at: datetime | None
+    days: list[date]
+    ts: datetime = field(timestamp=True)
+
+    @pipeline
+    @inputs(Ev)
+    def spans(cls, ev):
+        dated = ev.dropnull("v").assign(
+            "day", date, lambda df: df["v"].map(lambda x: date(2000, 1, 1) + timedelta(days=int(x) * 37))
+        ).assign(
+            "at", datetime,
+            lambda df: df["v"].map(lambda x: datetime(2000, 1, 1, tzinfo=UTC)
+                                   + timedelta(seconds=int(x) * 86413, microseconds=int(x) + 50)),
+        )  # fmt: skip
+        return dated.groupby("uid").aggregate(
+            first_day=Min(of="day", window=Continuous("forever"), default=date(1970, 1, 1)),
+            last_day=Max(of="day", window=Continuous("1h")),
+            first_at=Min(of="at", window=Continuous("forever"),
+                         default=datetime(1970, 1, 1, tzinfo=UTC)),
+            last_at=Max(of="at", window=Continuous("1h")),
+            days=LastK(of="day", limit=3, dedup=False, window=Continuous("forever")),
+        )  # fmt: skip
+
+
 BY_WINDOW = {
     "hopping": _by_window("HoppingKeyed", "hopping", "1h", "20m", emit="final"),
     "session": _by_window("SessionsSoFar", "session", "15m"),  # eager: as sessions grow
@@ -250,7 +284,7 @@ class Shaped:
 
 
 DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), *BY_WINDOW.values(), Spent,
-                        Earliest, Newest, Once, Hourly, Located, Shaped]  # fmt: skip
+                        Spans, Earliest, Newest, Once, Hourly, Located, Shaped]  # fmt: skip
 
 
 def _events() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -330,13 +364,16 @@ def _same(runs: Runs, target: str) -> None:
     def rows(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         kept = [
             {**r, "ts": pd.Timestamp(r["ts"]),  # a topic's JSON holds a Decimal as its text
-             **{c: PyDecimal(r[c]) for c in decimals if isinstance(r.get(c), str)}}
+             **{c: PyDecimal(r[c]) for c in decimals if isinstance(r.get(c), str)},
+             **{c: _typed(r[c], types[c]) for c in types}}  # and a date or datetime so
             for r in records if r["uid"] != FLUSH_UID
         ]  # fmt: skip
         return _multiset(kept, cols)
 
     target_spec = next(d.spec() for d in DATASETS if d.spec().name == target)
     decimals = [f.name for f in target_spec.fields if isinstance(f.dtype, spec.DecimalType)]
+    types = {f.name: f.dtype for f in target_spec.fields
+             if f.name != target_spec.timestamp and f.name not in decimals}  # fmt: skip
 
     engine, spark, mock = (
         rows(runs.engine[target]),
@@ -346,6 +383,23 @@ def _same(runs: Runs, target: str) -> None:
     assert mock, f"{target}: the mock emitted nothing: the test would prove nothing"
     assert engine == mock, f"{target}: engine != mock"
     assert spark == mock, f"{target}: Spark != mock"
+
+
+def _typed(v: Any, dtype: spec.DType) -> Any:
+    """A date or datetime of a topic's JSON row (its text) as the batch executors give it."""
+    while isinstance(dtype, spec.OptionalType):
+        dtype = dtype.of
+    if isinstance(dtype, spec.ListType) and isinstance(v, list):
+        return [_typed(x, dtype.of) for x in v]
+    if isinstance(v, str) and isinstance(dtype, spec.DateType):
+        return date.fromisoformat(v)
+    if isinstance(v, str) and isinstance(dtype, spec.TimestampType):
+        return pd.Timestamp(v)
+    return v
+
+
+def test_min_max_of_dates_and_datetimes_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "Spans")
 
 
 def test_aggregate_continuous_window_on_engine_spark_and_mock(runs: Runs) -> None:
