@@ -27,7 +27,7 @@ bench:
 	$(VENV)/fennel-dagster stack up
 	$(VENV)/python -m bench.stream_bench --events 100000 --keys 1000 --probes 50 --baseline $(BASELINE)
 
-BASELINE ?= b962d85
+BASELINE ?= dce7931
 
 down:
 	@[ ! -x $(VENV)/fennel-dagster ] || $(VENV)/fennel-dagster stack down
