@@ -31,6 +31,7 @@ from fennel_dagster.batch.expr import spark_type, to_column
 from fennel_dagster.batch.extractors import RID, run_python
 from fennel_dagster.batch.lookups import Requests, index_lookups, lookup_asof, shares_a_pass
 from fennel_dagster.errors import QueryError
+from fennel_dagster.query.lookup import aggregate_defaults
 from fennel_dagster.query.plan import QueryPlan, plan_query
 from fennel_dagster.wire import spec
 
@@ -160,7 +161,7 @@ class SparkOfflineQuery:
         where = f"extractor {ex.featureset}.{ex.name}"
         req = Requests(exploded, (RID, LPOS), tuple(keys), TIME)
         got = lookup_asof(self.spark, self.catalog, name, req, [field], until, where)
-        value = F.when(F.col(FOUND), _quoted(field))
+        value = self._found_or_filled(name, field, F.when(F.col(FOUND), _quoted(field)))
         default = ex.default if ex.default is not None else feature.default
         if default is not None:
             value = F.coalesce(value.cast(element), F.lit(default).cast(element))
@@ -174,6 +175,15 @@ class SparkOfflineQuery:
         empty = F.array().cast(spark_type(listed))  # a row of no keys: an empty list
         joined = frame.join(lists, RID, "left")
         return joined.withColumn(out, F.coalesce(F.col("__list"), empty)).drop("__list")
+
+    def _found_or_filled(self, dataset: str, field: str, got: Column) -> Column:
+        """A looked-up value; for a key without a row, the aggregation's default where the
+        field has one (``query.lookup.aggregate_defaults``, as the online lookups answer)."""
+        ds = self.catalog.datasets.get(dataset)
+        if ds is None and dataset in self.catalog.serving:
+            ds = self.catalog.serving[dataset][0].dataset
+        fill = aggregate_defaults(ds).get(field) if ds is not None else None
+        return got if fill is None else F.coalesce(got, F.lit(fill))
 
     def _alias(self, ex: spec.ExtractorSpec, cols: dict[str, str]) -> Column:
         """The other feature's values; where missing, the alias's default."""
@@ -237,7 +247,10 @@ class SparkOfflineQuery:
                 got = lookup_asof(self.spark, self.catalog, names[0], req, fields, until, where)
                 # an aggregate answers values even when not found: those are nulled
                 return got.select(RID, *[
-                    value(s, F.when(F.col(FOUND), _quoted(s.lookup_field or ""))) for s in group
+                    value(s, self._found_or_filled(
+                        names[0], s.lookup_field or "",
+                        F.when(F.col(FOUND), _quoted(s.lookup_field or ""))))
+                    for s in group
                 ])  # fmt: skip
             asks = []
             for name in names:
@@ -246,7 +259,8 @@ class SparkOfflineQuery:
                 asks.append((name, fields, f"extractor {group[0].featureset}.{group[0].name}"))
             got = index_lookups(self.spark, self.catalog, asks, req, until)
             return got.select(RID, *[
-                value(s, F.col(hit(i)).getField(s.lookup_field or ""))
+                value(s, self._found_or_filled(
+                    name, s.lookup_field or "", F.col(hit(i)).getField(s.lookup_field or "")))
                 for i, name in enumerate(names) for s in groups[(name, inputs)]
             ])  # fmt: skip
 

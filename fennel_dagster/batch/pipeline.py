@@ -303,6 +303,9 @@ def _explode(df: DataFrame, cols: list[str]) -> DataFrame:
     return out.select(*[picked.get(c, F.col(c)) for c in df.columns])
 
 
+_TYPED_HERE = (spec.ListType, spec.DateType, spec.TimestampType)
+
+
 def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFrame:
     """Columns in schema order, as Arrow takes them back (object columns for nullables).
 
@@ -321,7 +324,8 @@ def _to_arrow_frame(df: pd.DataFrame, fields: list[spec.FieldSpec]) -> pd.DataFr
         elif isinstance(dec := base_type(f.dtype), spec.DecimalType):  # a float sum: its scale
             s = pd.Series([decimal_of(v, dec.scale) for v in s.tolist()], index=s.index,
                           dtype=object)  # fmt: skip
-        elif isinstance(base_type(f.dtype), spec.ListType):  # a LastK of dates: its items typed
+        elif s.dtype == object and isinstance(base_type(f.dtype), _TYPED_HERE):
+            # a LastK of dates, or a default held as text (a Min of dates): typed as the field
             s = pd.Series(typed_series(s.tolist(), f.dtype).tolist(), index=s.index, dtype=object)
         out[f.name] = s.astype(object).where(s.notna(), None) if s.dtype != object else s
     frame = pd.DataFrame(out)

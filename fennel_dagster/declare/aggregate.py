@@ -110,8 +110,8 @@ class Max(Aggregation):
 class Stddev(Aggregation):
     kind = "stddev"
 
-    def __init__(
-        self, of: str, window: Window | None = None, default: float = 0.0, into_field: str = ""
+    def __init__(  # Fennel's default for a window without values: -1.0
+        self, of: str, window: Window | None = None, default: float = -1.0, into_field: str = ""
     ) -> None:
         super().__init__(of, window, into_field, default=default)
 

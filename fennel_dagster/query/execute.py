@@ -16,6 +16,7 @@ from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.columns import positional, utc
 from fennel_dagster.ops.expr import astype, evaluate
 from fennel_dagster.ops.rows import json_column
+from fennel_dagster.query.lookup import aggregate_defaults
 from fennel_dagster.query.plan import QueryPlan
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
@@ -167,7 +168,8 @@ class QueryExecutor:
         if len(keys):
             df, found = self.provider(ds.name, at, keys, [field])
             got = zip(df[field].tolist(), found.tolist(), strict=True)
-            values = [v if hit else None for v, hit in got]
+            fill = aggregate_defaults(ds).get(field)  # a key without a row: as a lookup fills
+            values = [v if hit else fill for v, hit in got]
         default = ex.default if ex.default is not None else feat.default
         if default is not None:
             values = [default if v is None or v is pd.NA else v for v in values]
@@ -211,7 +213,10 @@ class QueryExecutor:
             df, found = got
             col = df[field]
             hit = found.to_numpy(dtype=bool)
-            if not hit.all():  # nulls where not found; an Int64 keeps its type (exact
+            fill = aggregate_defaults(ds).get(field)
+            if not hit.all() and fill is not None:  # the aggregation's default, as a lookup
+                col = col.astype(object).where(hit, fill)  # of the dataset answers it
+            elif not hit.all():  # nulls where not found; an Int64 keeps its type (exact
                 # ints: through object and ``infer_objects`` they became floats, 2**53 + 1 lost)
                 masked = isinstance(col.dtype, pd.api.extensions.ExtensionDtype)
                 col = col.where(hit) if masked else col.astype(object).where(hit, None)

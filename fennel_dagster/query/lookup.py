@@ -18,7 +18,7 @@ from fennel_dagster.errors import QueryError
 from fennel_dagster.ops import aggregate, index
 from fennel_dagster.ops.aggregate import temporal
 from fennel_dagster.ops.expr import astype
-from fennel_dagster.ops.rows import to_records
+from fennel_dagster.ops.rows import to_records, typed_series
 from fennel_dagster.ops.state import StateReader
 from fennel_dagster.wire import plan, spec
 
@@ -40,6 +40,7 @@ def lookup_state(
     keys = keys[list(ds.keys)].reset_index(drop=True)
     ts = pd.to_datetime(pd.Series(ts), utc=True).reset_index(drop=True)
     types = {f.name: f.dtype for f in ds.fields}
+    keys = _as_key_types(keys, types)
     if serves is None:
         rows, found = index.lookup(state, ds, keys, ts, fields)
         for k in ds.keys:  # the keys asked for, found or not (as Fennel answers)
@@ -129,10 +130,15 @@ def _plain_aggregate_records(
     if not all(_plain_type(f.dtype) for f in wanted if f.name in aggs):
         return None  # decided before reading: the frame road would read it all again
     values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
+    fills = aggregate_defaults(ds) if not all(found) else {}
     columns: dict[str, list[Any]] = {}
     for f in wanted:
         if f.name in values:
-            typed = _typed(values[f.name], f.dtype, found)
+            vals, hit = values[f.name], found
+            if f.name in fills:  # a key without a row answers the aggregation's default
+                vals = [v if h else fills[f.name] for v, h in zip(vals, found, strict=True)]
+                hit = [True] * len(found)
+            typed = _typed(vals, f.dtype, hit)
             if typed is None:
                 return None
             columns[f.name] = typed
@@ -241,9 +247,42 @@ def _not_found_as_null(
     rows = rows.copy()
     missing = ~found.to_numpy(dtype=bool)
     absent = bool(missing.any())  # the common case, all found, only casts
+    fills = aggregate_defaults(ds) if absent else {}
     for c in rows.columns:
         if c in ds.keys or c == ds.timestamp:
             continue
-        col = rows[c].astype(object).where(~missing, None) if absent else rows[c]
+        col = rows[c].astype(object).where(~missing, fills.get(c)) if absent else rows[c]
         rows[c] = astype(col, types[c]) if c in types else col
     return rows
+
+
+def _as_key_types(keys: pd.DataFrame, types: dict[str, spec.DType]) -> pd.DataFrame:
+    """Key columns cast to their fields' types, as Fennel's lookups cast them (an int 1 asked
+    of a str key is "1"); a column that does not cast is asked as it is (found nowhere)."""
+    out = keys.copy()
+    for k in keys.columns:
+        try:
+            out[k] = astype(keys[k], types[k]).to_numpy()
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return out
+
+
+# the aggregations whose default a key with no row answers, as Fennel's lookups do
+_FILLED = frozenset({"avg", "min", "max", "quantile", "stddev"})
+
+
+def aggregate_defaults(ds: spec.DatasetSpec) -> dict[str, Any]:
+    """The value a lookup answers for a key without a row, per field of an aggregate dataset
+    (its first pipeline's last node): the default of each Average, Min, Max, Quantile and
+    Stddev that has one, as Fennel's lookups answer them; Count, Sum and the rest stay null."""
+    types = {f.name: f.dtype for f in ds.fields}
+    for p in ds.pipelines[:1]:
+        node = next((n for n in p.nodes if n.id == p.output), None)
+        if isinstance(node, spec.AggregateNode):
+            return {  # typed as the field (a Min of dates' default travels as its text)
+                a.into: typed_series([a.default], types[a.into]).tolist()[0]
+                if a.into in types else a.default
+                for a in node.aggs if a.kind in _FILLED and a.default is not None
+            }  # fmt: skip
+    return {}

@@ -28,7 +28,7 @@ from fennel_dagster import (
     pipeline,
     source,
 )
-from fennel_dagster.aggregate import Count, LastK, Max, Sum
+from fennel_dagster.aggregate import Avg, Count, LastK, Max, Sum
 from fennel_dagster.batch.catalog import NoOfflineTable, OfflineCatalog
 from fennel_dagster.batch.offline_query import (
     OfflineQuery,
@@ -99,12 +99,16 @@ class Spend:
 class Daily:
     uid: int = field(key=True)
     n_day: int
+    mean_day: float
     ts: datetime = field(timestamp=True)
 
     @pipeline
     @inputs(Txn)
     def daily(cls, txn):
-        return txn.groupby("uid").aggregate(n_day=Count(window=Tumbling("1d")))
+        return txn.groupby("uid").aggregate(
+            n_day=Count(window=Tumbling("1d")),
+            mean_day=Avg(of="amount", window=Tumbling("1d"), default=-2.5),
+        )
 
 
 @meta(owner=OWNER)
@@ -115,6 +119,7 @@ class U:
     sum_2d: float = feature(Spend.sum_2d, default=0.0)
     max_2d: float = feature(Spend.max_2d, default=-1.0)
     n_day: int = feature(Daily.n_day, default=0)
+    mean_day: float | None = feature(Daily.mean_day)  # not found: the Avg's default
     country: str = feature(Profile.country, default="none")
     big: bool = feature(col("sum_2d") > 100.0)
     home: str | None = feature(Profile.country)  # no default: missing where not found
@@ -244,8 +249,8 @@ def _spec_of(client: MockClient, name: str) -> Any:
     return client.featuresets[name]
 
 
-OUTPUTS = ["U.n_1h", "U.sum_2d", "U.max_2d", "U.n_day", "U.country", "U.big", "U.home_or",
-           "U.age_days", "U.last_plus_max"]  # fmt: skip
+OUTPUTS = ["U.n_1h", "U.sum_2d", "U.max_2d", "U.n_day", "U.mean_day", "U.country", "U.big",
+           "U.home_or", "U.age_days", "U.last_plus_max"]  # fmt: skip
 
 
 def _query(oq: SparkOfflineQuery, spine: pd.DataFrame, outputs: list[str]) -> pd.DataFrame:
@@ -259,6 +264,10 @@ def test_spark_query_offline_equals_the_mock(world: tuple[MockClient, SparkOffli
     want = client.query_offline(["U.uid"], OUTPUTS, spine, "when")
     got = _query(oq, spine, OUTPUTS)
     _same(got, want)
+    # a key without a row answers the aggregation's default (Fennel's lookups), not the
+    # feature's: the Max's 0.0 and the Avg's -2.5, on an aggregate's state and on an index
+    assert -1.0 not in want["U.max_2d"].tolist() and 0.0 in want["U.max_2d"].tolist()
+    assert -2.5 in want["U.mean_day"].tolist()
 
 
 def test_list_lookups_on_spark_equal_the_mocks(world: tuple[MockClient, SparkOfflineQuery]) -> None:

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, extractor, feature, featureset, field, inputs, outputs, pipeline
-from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Sum
+from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Stddev, Sum
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.dtypes import Continuous, Decimal, Embedding, Hopping, Tumbling, Window
+from fennel_dagster.expr import lit
 from fennel_dagster.lib import bucketize
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook, source
@@ -518,3 +519,66 @@ def test_min_and_max_of_dates_and_datetimes_answer_their_type() -> None:
     assert df["CountryFeatures.max_birthtime"].tolist() == [
         datetime(2000, 3, 15, 6, tzinfo=UTC), datetime(1997, 5, 22, 6, tzinfo=UTC),
         datetime(1987, 6, 6, 6, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC)]  # fmt: skip
+
+
+def test_a_key_without_a_row_answers_the_aggregations_defaults_and_keys_are_cast() -> None:
+    """As Fennel's lookups: a key never seen answers each Average, Quantile and Stddev its
+    default (Stddev's is -1.0, Average's 0.0), Count and Sum null; a query's feature without
+    a default of its own answers that default too; an int asked of a str key is its text."""
+
+    @source(WEBHOOK.endpoint("Paid"), disorder="14d", cdc="append")
+    @dataset
+    class Paid:
+        uid: int
+        amount: float
+        ts: datetime
+
+    @dataset(index=True)
+    class PaidStats:
+        uid: int = field(key=True)
+        tag: str = field(key=True)
+        n: int
+        mean: float
+        spread: float
+        median: float
+        ts: datetime
+
+        @pipeline
+        @inputs(Paid)
+        def stats(cls, paid):
+            return (
+                paid.assign(tag=lit("1").astype(str))
+                .groupby("uid", "tag")
+                .aggregate(
+                    n=Count(window=Continuous("forever")),
+                    mean=Avg(of="amount", window=Continuous("forever")),
+                    spread=Stddev(of="amount", window=Continuous("10m")),
+                    median=Quantile(of="amount", p=0.5, default=-1, window=Continuous("forever")),
+                )
+            )
+
+    @featureset
+    class PaidFeatures:
+        uid: int
+        tag: str
+        median: float | None = feature(PaidStats.median)
+
+    client = MockClient()
+    client.commit("v1", datasets=[Paid, PaidStats], featuresets=[PaidFeatures])
+    client.log("fennel_webhook", "Paid", pd.DataFrame(
+        {"uid": [1, 1], "amount": [10.0, 30.0], "ts": [T0, T0]}
+    ))  # fmt: skip
+    at = pd.Series([T0 + timedelta(hours=1)] * 2)
+    df, found = client.lookup(
+        PaidStats, keys=pd.DataFrame({"uid": [1, 2], "tag": [1, 1]}), timestamps=at
+    )
+    assert found.tolist() == [True, False]
+    assert df["tag"].tolist() == ["1", "1"]
+    assert df["n"].tolist()[0] == 2 and df["n"].tolist()[1] is pd.NA
+    assert df["mean"].tolist() == [20.0, 0.0]
+    assert df["spread"].tolist() == [-1.0, -1.0]  # the 10 minutes hold no value at T0 + 1h
+    out = client.query(
+        inputs=[PaidFeatures.uid, PaidFeatures.tag], outputs=[PaidFeatures.median],
+        input_dataframe=pd.DataFrame({"PaidFeatures.uid": [1, 2], "PaidFeatures.tag": ["1", "1"]}),
+    )  # fmt: skip
+    assert out["PaidFeatures.median"].tolist()[1] == -1.0
