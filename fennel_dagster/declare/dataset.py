@@ -19,7 +19,7 @@ from fennel_dagster.declare.meta import meta_of
 from fennel_dagster.declare.pipeline import Node, PipelineBuilder
 from fennel_dagster.declare.window import duration
 from fennel_dagster.wire import spec
-from fennel_dagster.wire.usercode import capture
+from fennel_dagster.wire.usercode import capture, shared_includes
 
 T = TypeVar("T")
 
@@ -182,7 +182,8 @@ def _build_pipeline(cls: type, attr: str, fn: Any, name: str) -> spec.PipelineSp
             f"{where} takes {len(params) - 1} input argument(s) but @inputs names {len(proxies)}: "
             f"write `def {attr}(cls, {', '.join(n.lower() for n in names)})`"
         )
-    out = fn(cls, *proxies)
+    with shared_includes(fn):
+        out = fn(cls, *proxies)
     if not isinstance(out, Node):
         raise DeclarationError(f"{where} must return the pipeline's result stream, got {out!r}")
     env = getattr(fn, "__fennel_pipeline__", ())

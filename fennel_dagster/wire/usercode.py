@@ -19,7 +19,9 @@ import ast
 import inspect
 import linecache
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from fennel_dagster.errors import WireFailed
@@ -39,6 +41,22 @@ def includes(*helpers: Callable[..., Any]) -> Callable[[Any], Any]:
         return fn
 
     return mark
+
+
+# helpers a pipeline's ``@includes`` names, shipped with every function it captures (its
+# lambdas call them too, as Fennel ships a pipeline's includes with each of its operators)
+_SHARED: ContextVar[tuple[Callable[..., Any], ...]] = ContextVar("fennel_includes", default=())
+
+
+@contextmanager
+def shared_includes(fn: Any) -> Iterator[None]:
+    """While ``fn`` (a pipeline) builds its operators, its ``@includes`` helpers go with each."""
+    helpers = getattr(getattr(fn, "__func__", fn), "__fennel_includes__", ())
+    token = _SHARED.set((*_SHARED.get(), *helpers))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def capture(fn: Callable[..., Any]) -> UserCode:
@@ -200,9 +218,14 @@ def _preamble(fn: Any) -> str:
                 isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
             ):
                 parts.append(ast.unparse(stmt))
-    for helper in getattr(fn, "__fennel_includes__", ()):
-        parts.extend(_captured_values(helper))
-        parts.append(capture(helper).source)
+    helpers = dict.fromkeys((*getattr(fn, "__fennel_includes__", ()), *_SHARED.get()))
+    token = _SHARED.set(())  # a helper's own capture ships only its own includes
+    try:
+        for helper in helpers:
+            parts.extend(_captured_values(helper))
+            parts.append(capture(helper).source)
+    finally:
+        _SHARED.reset(token)
     parts.extend(_captured_values(fn))
     return "\n".join(dict.fromkeys(parts))
 
@@ -217,6 +240,11 @@ def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable
             exec(compile(stmt, "<fennel preamble>", "exec"), env)  # noqa: S102
         except ImportError:
             continue  # the user's own modules: their names come from ``namespace``
+        except NameError:
+            bound = _entity_binding(stmt)
+            if bound is None:
+                raise
+            env[bound[0]] = FieldNames(bound[1])
     env.update(seeded)
     try:
         if not code.entrypoint:
@@ -228,6 +256,32 @@ def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable
     if not callable(fn):
         raise UserCodeError(f"shipped code defines no function {code.entrypoint!r}")
     return fn  # type: ignore[no-any-return]
+
+
+class FieldNames:
+    """A dataset a shipped function names where no handle of it is seeded (a pipeline's own
+    ``cls`` in a helper it defines): its fields by name, as ``str(cls.movie)`` reads them."""
+
+    def __init__(self, dataset: str) -> None:
+        self.__fennel_dataset_name__ = dataset
+
+    def __getattr__(self, attr: str) -> str:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return attr
+
+
+def _entity_binding(stmt: str) -> tuple[str, str] | None:
+    """(name, entity) of a closure's ``cls = MovieStats`` (``_closure_binding``), else None."""
+    node = ast.parse(stmt).body[0]
+    if (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Name)
+    ):
+        return node.targets[0].id, node.value.id
+    return None
 
 
 def _statements(preamble: str) -> list[str]:

@@ -17,7 +17,7 @@ from fennel_dagster.aggregate import Avg, Count, Max, Min, Quantile, Stddev, Sum
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.dtypes import Continuous, Decimal, Embedding, Hopping, Tumbling, Window
 from fennel_dagster.expr import lit
-from fennel_dagster.lib import bucketize
+from fennel_dagster.lib import bucketize, includes
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook, source
 
@@ -582,3 +582,48 @@ def test_a_key_without_a_row_answers_the_aggregations_defaults_and_keys_are_cast
         input_dataframe=pd.DataFrame({"PaidFeatures.uid": [1, 2], "PaidFeatures.tag": ["1", "1"]}),
     )  # fmt: skip
     assert out["PaidFeatures.median"].tolist()[1] == -1.0
+
+
+def _squared(x: pd.Series) -> pd.Series:
+    return x**2
+
+
+def test_a_pipelines_includes_reach_its_lambdas_and_a_helper_names_fields_by_cls() -> None:
+    """As Fennel ships them: ``@includes`` on a pipeline goes with each of its lambdas, and a
+    helper defined in the pipeline reads ``str(cls.field)`` where the code runs."""
+
+    @source(WEBHOOK.endpoint("Rated"), disorder="14d", cdc="append")
+    @dataset
+    class Rated:
+        movie: str
+        rating: float
+        ts: datetime
+
+    @dataset
+    class RatedSquared:
+        movie: str
+        rating_sq: float
+        label: str
+        ts: datetime
+
+        @pipeline
+        @includes(_squared)
+        @inputs(Rated)
+        def squared(cls, rated):
+            def labelled(df: pd.DataFrame) -> pd.DataFrame:
+                df[str(cls.label)] = df[str(cls.movie)].str.upper()
+                return df[[str(cls.movie), str(cls.rating_sq), str(cls.label), "ts"]]
+
+            sq = rated.assign("rating_sq", float, lambda df: _squared(df["rating"]))
+            return sq.transform(labelled, schema={
+                "movie": str, "rating_sq": float, "label": str, "ts": datetime,
+            })  # fmt: skip
+
+    client = MockClient()
+    client.commit("v1", datasets=[Rated, RatedSquared])
+    client.log("fennel_webhook", "Rated", pd.DataFrame(
+        {"movie": ["a", "b"], "rating": [2.0, 3.0], "ts": [T0, T0]}
+    ))  # fmt: skip
+    rows = client.get_dataset_df("RatedSquared")
+    assert rows["rating_sq"].tolist() == [4.0, 9.0]
+    assert rows["label"].tolist() == ["A", "B"]
