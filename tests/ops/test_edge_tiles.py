@@ -348,3 +348,15 @@ def test_a_state_of_an_unknown_layout_is_refused_by_name() -> None:
     state.apply(WriteBatch.of({(tiles_namespace("agg", n), LEVELS_KEY): b"q7"}))
     with pytest.raises(StateFormatError, match="agg.*unknown tile layout marker b'q7'"):
         record(state, n, [(1, HOUR, 1.0)])
+
+
+def test_an_empty_batch_records_nothing_and_emits_no_row() -> None:
+    """A batch whose rows were all dropped upstream (a windowed dedup that emits nothing yet)
+    reaches the aggregate empty, on new state and on held state alike."""
+    n = node(spec.WindowSpec("continuous", 3600), raw=True)
+    state = MemoryState()
+    assert record(state, n, []).empty
+    record(state, n, [(1, 5 * US, 2.0)])
+    assert record(state, n, []).empty
+    again = record(state, n, [(1, 6 * US, 3.0)])
+    assert again["n0"].tolist() == [2] and again["s0"].tolist() == [5.0]

@@ -58,6 +58,8 @@ def record_newest(
 ) -> None:
     """Each key's entry once the batch's events (time ``hi``, key id ``qk``, sorted by key id;
     every key id has one) are held too."""
+    if not len(qk):  # an empty batch (every row dropped upstream): nothing newer is held
+        return
     starts = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1]])
     newest = held.copy()
     newest[qk[starts]] = np.maximum(held[qk[starts]], np.maximum.reduceat(hi, starts))
