@@ -43,7 +43,13 @@ from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
 from fennel_dagster.ops.rows import loads, to_records, typed_series
 from fennel_dagster.ops.schema import BadRow, check_rows
-from fennel_dagster.ops.source_rules import event_time_problem, preprocess, where_mask
+from fennel_dagster.ops.source_rules import (
+    event_time_problem,
+    ints_as_text,
+    preprocess,
+    text_fields,
+    where_mask,
+)
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.execute import QueryExecutor
 from fennel_dagster.query.lookup import lookup_state
@@ -304,6 +310,7 @@ class MockClient:
             )
         if from_source:
             df = _apply_source_rules(ds.sources if sources is None else sources, df)
+            df = ints_as_text(df, text_fields(ds))
         good, bad = check_rows(ds, df)
         if from_source and not good.empty:
             good, late = _event_time_bounds(ds, ds.sources if sources is None else sources, good)

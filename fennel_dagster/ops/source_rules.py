@@ -1,10 +1,12 @@
-"""A source's ``preproc`` and ``where``: the one implementation the source job and the mock
-client both apply to incoming rows, before the dataset's schema check."""
+"""A source's ``preproc`` and ``where``, and the ints logged into text fields: the one
+implementation the source job and the mock client both apply to incoming rows, before the
+dataset's schema check."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -13,6 +15,36 @@ from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
 
 WhereFn = Callable[[pd.DataFrame], object]
+
+
+def text_fields(ds: spec.DatasetSpec) -> list[str]:
+    """The fields declared ``str`` (or ``Optional[str]``): an int logged into one is its text,
+    as Fennel casts a logged frame to its schema (an id of 1 is "1")."""
+    out = []
+    for f in ds.fields:
+        t = f.dtype.of if isinstance(f.dtype, spec.OptionalType) else f.dtype
+        if isinstance(t, spec.StringType):
+            out.append(f.name)
+    return out
+
+
+def int_as_text(value: Any) -> Any:
+    """An int (not a bool) as its text; any other value as it is (the schema check judges
+    it)."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def ints_as_text(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``int_as_text`` over the ``names`` columns of a logged frame."""
+    out = df
+    for name in names:
+        if name not in df.columns:
+            continue
+        values = df[name].tolist()
+        if any(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            texts = [int_as_text(v) for v in values]
+            out = out.assign(**{name: pd.Series(texts, index=df.index, dtype=object)})
+    return out
 
 
 def preprocess(src: spec.SourceSpec, df: pd.DataFrame) -> pd.DataFrame:

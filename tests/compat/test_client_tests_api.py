@@ -627,3 +627,27 @@ def test_a_pipelines_includes_reach_its_lambdas_and_a_helper_names_fields_by_cls
     rows = client.get_dataset_df("RatedSquared")
     assert rows["rating_sq"].tolist() == [4.0, 9.0]
     assert rows["label"].tolist() == ["A", "B"]
+
+
+def test_an_int_logged_into_a_str_field_is_its_text() -> None:
+    """As Fennel casts a logged frame to its schema: an id of 1 in a ``str`` field is "1"
+    (the engine's source job does the same to a JSON int); a float there is still refused."""
+
+    @source(WEBHOOK.endpoint("Tagged"), disorder="14d", cdc="upsert")
+    @dataset(index=True)
+    class Tagged:
+        tag: str = field(key=True)
+        note: str | None
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Tagged])
+    client.log("fennel_webhook", "Tagged", pd.DataFrame(
+        {"tag": [1, 22], "note": pd.Series([None, 5], dtype=object), "ts": [T0, T0]}
+    ))  # fmt: skip
+    df, found = client.lookup(Tagged, keys=pd.DataFrame({"tag": ["1", "22"]}))
+    assert found.tolist() == [True, True]
+    assert df["note"].tolist() == [pd.NA, "5"]
+    with pytest.raises(Exception, match=r"Tagged.tag = 1.5 is not a str"):
+        client.log("fennel_webhook", "Tagged", pd.DataFrame({"tag": [1.5], "note": [None],
+                                                             "ts": [T0]}))  # fmt: skip

@@ -175,3 +175,17 @@ def test_rows_at_the_watermark_edge_are_judged_alike(mark_s: int | None) -> None
     fast, slow = _both(_job(False), msgs, mark)
     _same(fast, slow)
     assert slow.late == (1 if mark_s in (None, 60) else 3)
+
+
+def test_an_int_in_a_str_field_is_its_text_on_both_roads() -> None:
+    """As the mock's log casts it (``source_rules.int_as_text``): a JSON 5 for ``name`` is the
+    row's "5"; a bool is still refused."""
+    rows = [{"uid": i, "amount": 1.5, "ok": None, "name": v,
+             "ts": (T0 + pd.Timedelta(seconds=i)).isoformat(), "seen": None}
+            for i, v in enumerate([5, "a", True])]  # fmt: skip
+    msgs = [InMessage("ext", 0, i, None, json.dumps(r).encode()) for i, r in enumerate(rows)]
+    fast, slow = _both(_job(False), msgs, None)
+    _same(fast, slow)
+    names = [r["name"] for o in fast.outputs for r in rows_of(o.value)]
+    assert sorted(names) == ["5", "a"]
+    assert len(fast.errors) == 1 and "name" in fast.errors[0].reason

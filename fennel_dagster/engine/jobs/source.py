@@ -32,7 +32,9 @@ from fennel_dagster.ops.rows import base_type, from_records, json_value
 from fennel_dagster.ops.schema import _check
 from fennel_dagster.ops.source_rules import (
     event_time_problem,
+    int_as_text,
     preprocess,
+    text_fields,
     where_function,
     where_mask,
 )
@@ -67,6 +69,7 @@ class SourceJob:
         self.until = pd.Timestamp(self.source.until) if self.source.until else None
         self._ts_name = self.dataset.timestamp
         self._keys = list(self.dataset.keys)
+        self._texts = text_fields(self.dataset)
         self._ts_fields = [
             f.name
             for f in self.dataset.fields
@@ -164,6 +167,9 @@ class SourceJob:
         kept_from: list[InMessage] = []
         kept_deleted: list[bool] = []
         for rec, m, deleted in rows:
+            for name in self._texts:  # an int logged into a str field is its text
+                if name in rec:
+                    rec[name] = int_as_text(rec[name])
             reason = self._check(rec)
             if reason is not None:
                 it.errors.append(self._error(m, "schema", reason, rec))
