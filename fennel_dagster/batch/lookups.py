@@ -148,7 +148,7 @@ def _aggregate_asof(
         + list(spark_schema(wanted).fields)
         + [T.StructField(FOUND, T.BooleanType())]
     )
-    executor = PipelineExecutor(job.pipeline, datasets)
+    executor = PipelineExecutor(job.pipeline, {**datasets, ds.name: ds})  # ds: its output types
     key_types = {f.name: f.dtype for f in ds.fields}
     ids = list(req.ids)
 

@@ -168,7 +168,7 @@ class QueryExecutor:
         if len(keys):
             df, found = self.provider(ds.name, at, keys, [field])
             got = zip(df[field].tolist(), found.tolist(), strict=True)
-            fill = aggregate_defaults(ds).get(field)  # a key without a row: as a lookup fills
+            fill = None if all(found) else aggregate_defaults(ds).get(field)  # as lookups do
             values = [v if hit else fill for v, hit in got]
         default = ex.default if ex.default is not None else feat.default
         if default is not None:
@@ -213,9 +213,9 @@ class QueryExecutor:
             df, found = got
             col = df[field]
             hit = found.to_numpy(dtype=bool)
-            fill = aggregate_defaults(ds).get(field)
-            if not hit.all() and fill is not None:  # the aggregation's default, as a lookup
-                col = col.astype(object).where(hit, fill)  # of the dataset answers it
+            fill = None if hit.all() else aggregate_defaults(ds).get(field)
+            if fill is not None:  # not found: the aggregation's default, as a lookup of the
+                col = col.astype(object).where(hit, fill)  # dataset answers it
             elif not hit.all():  # nulls where not found; an Int64 keeps its type (exact
                 # ints: through object and ``infer_objects`` they became floats, 2**53 + 1 lost)
                 masked = isinstance(col.dtype, pd.api.extensions.ExtensionDtype)
