@@ -122,7 +122,7 @@ class PipelineExecutor:
                 continue
             src = frames[node.input]
             ts_col = ts_of[node.input]
-            ts_of[node.id] = ts_col
+            ts_of[node.id] = _renamed(node, ts_col)
             if src is None:
                 frames[node.id] = None
                 continue
@@ -138,7 +138,7 @@ class PipelineExecutor:
             return self.datasets[node.dataset].timestamp
         if isinstance(node, spec.UnionNode):
             return ts_of[node.inputs[0]]
-        return ts_of[node.input]  # type: ignore[attr-defined]
+        return _renamed(node, ts_of[node.input])  # type: ignore[attr-defined]
 
     def apply_node(
         self,
@@ -628,3 +628,10 @@ def _time_content_order(df: pd.DataFrame, ts: str) -> list[int]:
 
 
 __all__ = ["BatchResult", "PipelineError", "PipelineExecutor", "RowError"]
+
+
+def _renamed(node: spec.Node, ts: str) -> str:
+    """The timestamp column after ``node``: a rename may rename it too."""
+    if isinstance(node, spec.RenameNode):
+        return dict(node.mapping).get(ts, ts)
+    return ts

@@ -125,7 +125,20 @@ def repo() -> list[type]:
                 .assign("note", str | None, lambda df: df["note"].str.upper())
             )
 
-    return [Txn, Exprs, Code, Tags, Notes, Fragile]
+    @meta(owner=OWNER)
+    @dataset
+    class Renamed:
+        uid: int
+        remark: str
+        at: datetime = field(timestamp=True)
+
+        @pipeline
+        @inputs(Txn)
+        def renamed(cls, txn):  # the timestamp renamed, then a select that keeps it by itself
+            x = txn.rename({"note": "remark", "ts": "at"})
+            return x.select("uid", "remark").dropnull("remark")
+
+    return [Txn, Exprs, Code, Tags, Notes, Fragile, Renamed]
 
 
 def events() -> list[dict[str, Any]]:
@@ -152,7 +165,7 @@ def _multiset(records: list[dict[str, Any]], cols: list[str]) -> list[tuple[Any,
     return sorted((tuple(_norm(r[c]) for c in cols) for r in records), key=repr)
 
 
-@pytest.mark.parametrize("name", ["Exprs", "Code", "Tags", "Notes", "Fragile"])
+@pytest.mark.parametrize("name", ["Exprs", "Code", "Tags", "Notes", "Fragile", "Renamed"])
 def test_stateless_pipeline_on_spark_equals_the_engine(name: str, spark: Any) -> None:
     datasets = repo()
     mock = MockClient(strict=False)  # a failing row is an error row, left out
