@@ -62,7 +62,7 @@ def text_problem(value: str) -> str | None:
 
 
 def parse_timestamp(value: Any) -> pd.Timestamp:
-    """A JSON-safe timestamp (ISO text, epoch seconds, datetime) as a UTC Timestamp.
+    """A JSON-safe timestamp (ISO text, an epoch number, datetime) as a UTC Timestamp.
 
     Raises ValueError/TypeError/OverflowError for text that is not a time; the result may
     still be outside the representable range (see ``timestamp_problem``). Text and numbers
@@ -81,10 +81,25 @@ def _parse_remembered(value: str | int | float) -> pd.Timestamp:
 def _parse(value: Any) -> pd.Timestamp:
     if isinstance(value, bool):
         raise TypeError("a bool is not a time")
-    ts = pd.Timestamp(value, unit="s") if isinstance(value, int | float) else pd.Timestamp(value)
+    ts = _from_epoch(value) if isinstance(value, int | float) else pd.Timestamp(value)
     if ts is pd.NaT:
         raise ValueError("NaT")
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+# nanoseconds per unit, coarsest first: an epoch number is read in the first unit that keeps
+# it within pandas' nanosecond range (seconds up to 2262, then ms, µs, ns), as Fennel reads one
+_EPOCH_UNITS = (("s", 10**9), ("ms", 10**6), ("us", 10**3), ("ns", 1))
+_NS_MAX = 2**63 - 1
+
+
+def _from_epoch(value: int | float) -> pd.Timestamp:
+    """An epoch number as a time: seconds, or, where seconds would pass 2262, milliseconds,
+    microseconds or nanoseconds (1672858163000 is 2023-01-04 in ms)."""
+    for unit, ns in _EPOCH_UNITS:
+        if abs(value) * ns <= _NS_MAX:
+            return pd.Timestamp(value, unit=unit)
+    raise OverflowError(f"{value!r} is beyond any epoch unit's range")
 
 
 def timestamp_problem(value: Any) -> str | None:

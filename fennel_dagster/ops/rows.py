@@ -114,7 +114,7 @@ def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
     match base:
         case spec.TimestampType():
             if any(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                # epoch seconds, which the schema check accepts beside ISO text
+                # epoch numbers (seconds, or ms/µs/ns past 2262), as the schema check takes them
                 values = [None if v is None else parse_timestamp(v) for v in values]
             return pd.Series(
                 pd.to_datetime(values, utc=True, format="ISO8601"), dtype="datetime64[ns, UTC]"

@@ -651,3 +651,24 @@ def test_an_int_logged_into_a_str_field_is_its_text() -> None:
     with pytest.raises(Exception, match=r"Tagged.tag = 1.5 is not a str"):
         client.log("fennel_webhook", "Tagged", pd.DataFrame({"tag": [1.5], "note": [None],
                                                              "ts": [T0]}))  # fmt: skip
+
+
+def test_epoch_numbers_are_read_in_the_unit_that_fits_as_fennel_reads_them() -> None:
+    """Seconds, or milliseconds, microseconds and nanoseconds where seconds would pass 2262:
+    the same instant whichever unit a client logs it in; the source job reads them alike
+    (``ops.limits.parse_timestamp``)."""
+
+    @source(WEBHOOK.endpoint("Ticks"), disorder="10000d", cdc="append")
+    @dataset
+    class Ticks:
+        n: int
+        ts: datetime
+
+    client = MockClient()
+    client.commit("v1", datasets=[Ticks])
+    s = 1672858163
+    client.log("fennel_webhook", "Ticks", pd.DataFrame(
+        {"n": [0, 1, 2, 3], "ts": [s, s * 1000, s * 10**6, s * 10**9]}
+    ))  # fmt: skip
+    stamps = client.get_dataset_df("Ticks").sort_values("n")["ts"].tolist()
+    assert stamps == [pd.Timestamp("2023-01-04T18:49:23Z")] * 4

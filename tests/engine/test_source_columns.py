@@ -131,7 +131,8 @@ def test_the_column_road_equals_the_row_road(
 _ODD = [("uid", 3.0), ("uid", True), ("uid", 2**64), ("uid", 2**63), ("uid", "7"), ("uid", None),
         ("amount", float("nan")), ("amount", None), ("amount", True), ("amount", 2**1100),
         ("ok", 1), ("ok", "true"), ("name", 5), ("name", "x" * 300_000), ("ts", "yesterday"),
-        ("ts", ""), ("ts", 1767225600), ("ts", "2300-01-01"), ("ts", None),
+        ("ts", ""), ("ts", 1767225600), ("ts", 1767225600000), ("ts", 1767225600 * 10**9),
+        ("ts", "2300-01-01"), ("ts", None),
         ("seen", "2026-01-01T00:00:00.000000001Z"), ("seen", "NaT"), ("extra", [1, 2]),
         # texts Arrow's parser refuses or takes, around pandas' own
         ("ts", "2026-01-01T00:00:01.+00:00"), ("ts", "2026-1-1T00:00:01Z"),
