@@ -128,7 +128,10 @@ def typed_series(values: list[Any], dtype: spec.DType) -> pd.Series:
                 dtype=object,
             )
         case spec.IntType():
-            return pd.Series(values, dtype="Int64")
+            # a float that is no int (NaN, inf, 1.5) fails the cast with a TypeError; numpy's
+            # "invalid value" warning on the way says nothing more
+            with np.errstate(invalid="ignore"):
+                return pd.Series(values, dtype="Int64")
         case spec.FloatType():
             return pd.Series([np.nan if v is None else float(v) for v in values], dtype="float64")
         case spec.BoolType():
