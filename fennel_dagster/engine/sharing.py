@@ -1,10 +1,16 @@
-"""Several job partitions in one runner process, for the jobs that mostly wait.
+"""Several job partitions in one runner process: writers that mostly wait, and stream
+partitions of small jobs where the engine is given leave to pack them.
 
 Offline-table and sink writers copy a topic out (Delta commits, HTTP posts, one Kafka
 transaction a batch): what a process each costs them is memory, Kafka clients and start-up,
-not CPU. An engine packs them, up to ``engine_writers_per_process`` a process; sources,
-pipelines, indexes and history ingests (a Spark session each) keep a process of their own,
-so the hot path uses every core.
+not CPU. An engine packs them, up to ``engine_writers_per_process`` a process.
+
+Stream partitions (sources, pipelines, indexes) keep a process each by default, so a busy
+job uses every core. With ``engine_streams_per_process`` above one, they are packed too, in
+the shape of Flink's slot sharing: a group holds the *same* partition of different jobs
+(source p0, its pipeline's p0, the index's p0 …), never two partitions of one job, so a
+job's parallelism still spreads over processes while an engine of many small jobs pays a
+process per slice, not per job partition. History ingests (a Spark session each) stay alone.
 
 A shared process lives while all its members run. When one ends (its job removed, fenced,
 stopped for good, or failed), the others are stopped too and the supervisor starts the group
@@ -29,21 +35,53 @@ Group = tuple[Key, ...]  # the partitions one runner process runs, in key order
 
 # the writers: each copies one topic out and spends its time waiting on I/O
 SHARED_KINDS: frozenset[str] = frozenset({"offline", "s3_sink", "kafka_sink", "http_sink"})
+# the stream jobs: packed only when ``engine_streams_per_process`` allows it
+STREAM_KINDS: frozenset[str] = frozenset({"source", "pipeline", "index"})
 
 
 def plan_groups(
-    want: Mapping[Key, JobRow], running: Iterable[Group], per_process: int
+    want: Mapping[Key, JobRow],
+    running: Iterable[Group],
+    per_process: int,
+    streams_per_process: int = 1,
 ) -> list[Group]:
     """The process groups that run ``want``. A running group stays while each of its members
-    is still wanted (no needless restart); the other writer partitions are packed in key
-    order, ``per_process`` a group at most; every other partition is a group of its own."""
-    shareable = {k for k, job in want.items() if job.kind in SHARED_KINDS and per_process > 1}
-    kept = [g for g in dict.fromkeys(running) if len(g) > 1 and set(g) <= shareable]
-    placed = {k for g in kept for k in g}
-    loose = sorted(shareable - placed)
-    packed = [tuple(loose[i : i + per_process]) for i in range(0, len(loose), per_process)]
-    alone = [(k,) for k in sorted(set(want) - shareable)]
-    return sorted([*kept, *packed, *alone])
+    is still wanted and it still fits its pool (no needless restart); the other writer
+    partitions are packed in key order, ``per_process`` a group at most; stream partitions
+    ``streams_per_process`` at most, one partition of each job (``_slices``); every other
+    partition is a group of its own."""
+    pools = [(SHARED_KINDS, per_process), (STREAM_KINDS, streams_per_process)]
+    groups: list[Group] = []
+    pooled: set[Key] = set()
+    running = list(dict.fromkeys(running))
+    for kinds, most in pools:
+        if most <= 1:
+            continue
+        members = {k for k, job in want.items() if job.kind in kinds}
+        kept = [g for g in running if 1 < len(g) <= most and set(g) <= members]
+        placed = {k for g in kept for k in g}
+        loose = sorted(members - placed)
+        packed = _slices(loose, most) if kinds is STREAM_KINDS else _chunks(loose, most)
+        groups += [*kept, *packed]
+        pooled |= members
+    alone = [(k,) for k in sorted(set(want) - pooled)]
+    return sorted([*groups, *alone])
+
+
+def _chunks(keys: list[Key], most: int) -> list[Group]:
+    return [tuple(keys[i : i + most]) for i in range(0, len(keys), most)]
+
+
+def _slices(keys: list[Key], most: int) -> list[Group]:
+    """Groups of at most ``most`` keys, no two of one job: the keys are taken partition by
+    partition (p0 of every job, then p1 …), so a group holds one slice of several jobs."""
+    groups: list[list[Key]] = []
+    for key in sorted(keys, key=lambda k: (k[1], k[0])):
+        home = next((g for g in groups if len(g) < most and all(k[0] != key[0] for k in g)), None)
+        if home is None:
+            groups.append(home := [])
+        home.append(key)
+    return [tuple(sorted(g)) for g in groups]
 
 
 def run_together(

@@ -4,7 +4,7 @@ Every ``engine_poll_interval_s`` it renews the engine's lease in Postgres, reads
 engines and the job registry, and assigns each job partition to one live engine by
 rendezvous hashing. It starts a runner *process* for each partition it now owns (processes,
 so two engines — or one engine's runners — use every core; offline and sink writers share
-one, several to a process: ``sharing``), stops runners of partitions it no longer owns or
+one, several to a process, and so may stream partitions of small jobs: ``sharing``), stops runners of partitions it no longer owns or
 whose job was removed, and restarts runners that died. When an engine
 dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
 fencing makes the hand-over safe even if the old runner is still alive.
@@ -152,7 +152,8 @@ class Supervisor:
             engines.append(self.engine_id)
         failed = set(registry.failures(self._conn))
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
-        groups = sharing.plan_groups(want, self.groups(), self.settings.engine_writers_per_process)
+        groups = sharing.plan_groups(want, self.groups(), self.settings.engine_writers_per_process,
+                                     self.settings.engine_streams_per_process)  # fmt: skip
         keep = set(groups)
         gone = [g for g in self.groups() if g not in keep]
         for group in gone:  # all told at once: each winds down while the others do

@@ -34,26 +34,32 @@ wants = st.dictionaries(keys, st.sampled_from(KINDS), max_size=24)
 
 
 @settings(max_examples=300, deadline=None)
-@given(wants, wants, st.integers(1, 5), st.randoms(use_true_random=False))
+@given(wants, wants, st.integers(1, 5), st.integers(1, 4), st.randoms(use_true_random=False))
 def test_groups_cover_each_partition_once_and_keep_what_still_runs(
     before: dict[tuple[str, int], str],
     now: dict[tuple[str, int], str],
     per_process: int,
+    streams: int,
     rnd: Any,
 ) -> None:
-    running = sharing.plan_groups(_want(before), [], per_process)
+    running = sharing.plan_groups(_want(before), [], per_process, streams)
     rnd.shuffle(running)
-    groups = sharing.plan_groups(_want(now), running, per_process)
+    groups = sharing.plan_groups(_want(now), running, per_process, streams)
     flat = [k for g in groups for k in g]
     assert sorted(flat) == sorted(now)  # every wanted partition, in one group
+    pools = [(sharing.SHARED_KINDS, per_process), (sharing.STREAM_KINDS, streams)]
     for g in groups:
-        assert 1 <= len(g) <= max(per_process, 1)
-        if len(g) > 1:  # only writers share
-            assert all(now[k] in sharing.SHARED_KINDS for k in g), g
-    for g in running:  # a running group whose members are all still writers stays as it is
-        if len(g) > 1 and all(now.get(k) in sharing.SHARED_KINDS for k in g):
-            assert g in groups
-    if per_process == 1:
+        assert len(g) >= 1
+        if len(g) > 1:  # writers share with writers, streams with streams, no one else
+            kinds, most = next((ks, m) for ks, m in pools if now[g[0]] in ks)
+            assert all(now[k] in kinds for k in g) and len(g) <= most, g
+            if kinds is sharing.STREAM_KINDS:  # one partition of a job a process, at most
+                assert len({job for job, _ in g}) == len(g), g
+    for g in running:  # a running group whose members all still share alike stays as it is
+        for kinds, most in pools:
+            if 1 < len(g) <= most and all(now.get(k) in kinds for k in g):
+                assert g in groups
+    if per_process == 1 and streams == 1:
         assert all(len(g) == 1 for g in groups)
 
 
@@ -99,3 +105,29 @@ def test_a_member_that_ends_stops_the_others_and_a_failure_is_raised(
     threading.Timer(0.2, stop.set).start()
     sharing.run_together(None, [(_Job("waits"), 0), (_Job("waits"), 1)], "o", stop)  # type: ignore[arg-type]
     assert ran == ["waits", "waits"]
+
+
+def test_stream_partitions_pack_by_slice_so_a_job_keeps_its_parallelism() -> None:
+    want = _want({("src", 0): "source", ("src", 1): "source", ("pipe", 0): "pipeline",
+                  ("pipe", 1): "pipeline", ("idx", 0): "index", ("idx", 1): "index",
+                  ("off", 0): "offline", ("ingest", 0): "s3_ingest"})  # fmt: skip
+    # by default each stream partition keeps a process of its own
+    assert all(len(g) == 1 or now_kind(want, g) == "offline"
+               for g in sharing.plan_groups(want, [], 8))  # fmt: skip
+    groups = sharing.plan_groups(want, [], 8, 3)
+    assert sorted(groups) == sorted([
+        (("idx", 0), ("pipe", 0), ("src", 0)), (("idx", 1), ("pipe", 1), ("src", 1)),
+        (("off", 0),), (("ingest", 0),),
+    ])  # fmt: skip
+    # two a process: the slices fill in partition order, never two partitions of one job
+    two = sharing.plan_groups(want, [], 8, 2)
+    assert (("idx", 0), ("pipe", 0)) in two and (("idx", 1), ("src", 0)) in two
+    assert (("pipe", 1), ("src", 1)) in two
+    # a job added later starts a group of its own; the running slices are left alone
+    more = {**want, **_want({("new", 0): "pipeline", ("new", 1): "pipeline"})}
+    again = sharing.plan_groups(more, groups, 8, 3)
+    assert (("idx", 0), ("pipe", 0), ("src", 0)) in again and (("new", 0),) in again
+
+
+def now_kind(want: dict[tuple[str, int], JobRow], group: tuple[tuple[str, int], ...]) -> str:
+    return want[group[0]].kind
