@@ -123,8 +123,9 @@ class Settings(BaseSettings):
     # offline-table and sink writers share a runner process, this many at most (sharing.py)
     engine_writers_per_process: int = Field(default=8, ge=1)
     # stream partitions (sources, pipelines, indexes) a runner process holds, one partition of
-    # each job at most (sharing.py); 1 gives each its own process, so a busy job uses every core
-    engine_streams_per_process: int = Field(default=1, ge=1)
+    # each job at most (sharing.py); 1 gives each its own process; None: about two stream
+    # processes a core, one a partition when the engine owns no more than that
+    engine_streams_per_process: int | None = Field(default=None, ge=1)
     offline_flush_s: float = 2.0  # offline writers: a Delta commit at most this often per table
     spark_master: str = "local[*]"
     spark_jars_dir: Path | None = None  # default: home/jars/spark

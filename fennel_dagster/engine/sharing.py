@@ -5,12 +5,15 @@ Offline-table and sink writers copy a topic out (Delta commits, HTTP posts, one 
 transaction a batch): what a process each costs them is memory, Kafka clients and start-up,
 not CPU. An engine packs them, up to ``engine_writers_per_process`` a process.
 
-Stream partitions (sources, pipelines, indexes) keep a process each by default, so a busy
-job uses every core. With ``engine_streams_per_process`` above one, they are packed too, in
-the shape of Flink's slot sharing: a group holds the *same* partition of different jobs
-(source p0, its pipeline's p0, the index's p0 …), never two partitions of one job, so a
-job's parallelism still spreads over processes while an engine of many small jobs pays a
-process per slice, not per job partition. History ingests (a Spark session each) stay alone.
+Stream partitions (sources, pipelines, indexes) are packed in the shape of Flink's slot
+sharing: a group holds the *same* partition of different jobs (source p0, its pipeline's p0,
+the index's p0 …), never two partitions of one job, so a job's parallelism still spreads over
+processes while an engine of many small jobs pays a process per slice, not per job
+partition. How many a process: ``engine_streams_per_process``, or by default as many as keep
+about two stream processes a core (``streams_per_process``): an engine owning few partitions
+gives each a process of its own, as a busy job wants every core; one owning many on a small
+host stops paying a Python interpreter, pandas and Kafka clients for each (measured in
+``bench/README.md``). History ingests (a Spark session each) stay alone.
 
 A shared process lives while all its members run. When one ends (its job removed, fenced,
 stopped for good, or failed), the others are stopped too and the supervisor starts the group
@@ -37,6 +40,20 @@ Group = tuple[Key, ...]  # the partitions one runner process runs, in key order
 SHARED_KINDS: frozenset[str] = frozenset({"offline", "s3_sink", "kafka_sink", "http_sink"})
 # the stream jobs: packed only when ``engine_streams_per_process`` allows it
 STREAM_KINDS: frozenset[str] = frozenset({"source", "pipeline", "index"})
+
+
+# stream processes an engine aims at per core when packing on its own: two, so that while
+# one stage of a path waits on Kafka another has a process to run in
+PROCESSES_PER_CORE = 2
+
+
+def streams_per_process(setting: int | None, want: Mapping[Key, JobRow], cores: int) -> int:
+    """The setting, or (None) the fewest stream partitions a process that keep the engine's
+    stream processes within ``PROCESSES_PER_CORE`` a core."""
+    if setting is not None:
+        return setting
+    streams = sum(1 for job in want.values() if job.kind in STREAM_KINDS)
+    return max(1, -(-streams // (PROCESSES_PER_CORE * max(cores, 1))))
 
 
 def plan_groups(

@@ -152,8 +152,12 @@ class Supervisor:
             engines.append(self.engine_id)
         failed = set(registry.failures(self._conn))
         want = self.owned(registry.list_jobs(self._conn), engines, failed)
-        groups = sharing.plan_groups(want, self.groups(), self.settings.engine_writers_per_process,
-                                     self.settings.engine_streams_per_process)  # fmt: skip
+        streams = sharing.streams_per_process(
+            self.settings.engine_streams_per_process, want, len(os.sched_getaffinity(0))
+        )
+        groups = sharing.plan_groups(
+            want, self.groups(), self.settings.engine_writers_per_process, streams
+        )
         keep = set(groups)
         gone = [g for g in self.groups() if g not in keep]
         for group in gone:  # all told at once: each winds down while the others do

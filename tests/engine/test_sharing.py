@@ -131,3 +131,18 @@ def test_stream_partitions_pack_by_slice_so_a_job_keeps_its_parallelism() -> Non
 
 def now_kind(want: dict[tuple[str, int], JobRow], group: tuple[tuple[str, int], ...]) -> str:
     return want[group[0]].kind
+
+
+def test_by_default_an_engine_packs_streams_only_past_two_processes_a_core() -> None:
+    few = _want({(j, p): "pipeline" for j in "ab" for p in range(2)})  # 4 stream partitions
+    assert sharing.streams_per_process(None, few, cores=2) == 1  # a process each
+    many = _want({(j, p): k for j, k in zip("abcdefgh", KINDS[:8], strict=True) for p in range(2)})
+    streams = sum(k in sharing.STREAM_KINDS for k in KINDS[:8]) * 2  # 6 of them, writers aside
+    assert streams == 6
+    assert sharing.streams_per_process(None, many, cores=1) == 3  # 6 over 2 processes
+    assert sharing.streams_per_process(None, many, cores=2) == 2  # over 4 (3 of them, by slice)
+    assert sharing.streams_per_process(None, many, cores=64) == 1
+    assert sharing.streams_per_process(5, many, cores=64) == 5  # a setting is taken as it is
+    groups = sharing.plan_groups(many, [], 8, sharing.streams_per_process(None, many, cores=1))
+    stream_groups = [g for g in groups if many[g[0]].kind in sharing.STREAM_KINDS]
+    assert len(stream_groups) == 2 and all(len(g) == 3 for g in stream_groups)
