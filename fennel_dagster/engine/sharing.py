@@ -1,5 +1,5 @@
 """Several job partitions in one runner process: writers that mostly wait, and stream
-partitions of small jobs where the engine is given leave to pack them.
+partitions once an engine owns more of them than its cores can keep busy.
 
 Offline-table and sink writers copy a topic out (Delta commits, HTTP posts, one Kafka
 transaction a batch): what a process each costs them is memory, Kafka clients and start-up,
@@ -38,7 +38,7 @@ Group = tuple[Key, ...]  # the partitions one runner process runs, in key order
 
 # the writers: each copies one topic out and spends its time waiting on I/O
 SHARED_KINDS: frozenset[str] = frozenset({"offline", "s3_sink", "kafka_sink", "http_sink"})
-# the stream jobs: packed only when ``engine_streams_per_process`` allows it
+# the stream jobs: packed by slice (``_slices``), ``streams_per_process`` a process
 STREAM_KINDS: frozenset[str] = frozenset({"source", "pipeline", "index"})
 
 
