@@ -157,10 +157,17 @@ def _time_item(v: Any, dtype: spec.DType) -> Any:
     if v is None or v is pd.NA or v is pd.NaT:
         return None
     if isinstance(base_type(dtype), spec.DateType):
-        if isinstance(v, dt.datetime):
-            return v.date()
-        return dt.date.fromisoformat(v) if isinstance(v, str) else v
+        return as_date(v)
     return parse_timestamp(v)
+
+
+def as_date(v: Any) -> dt.date:
+    """A date from a date, a datetime (its day) or ISO text."""
+    if isinstance(v, dt.datetime):
+        return v.date()
+    if isinstance(v, dt.date):
+        return v
+    return dt.date.fromisoformat(str(v))
 
 
 def normalise(df: pd.DataFrame, fields: Sequence[spec.FieldSpec]) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from fennel_dagster.ops.expr import evaluate
+from fennel_dagster.ops.rows import base_type
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
 
@@ -20,12 +21,7 @@ WhereFn = Callable[[pd.DataFrame], object]
 def text_fields(ds: spec.DatasetSpec) -> list[str]:
     """The fields declared ``str`` (or ``Optional[str]``): an int logged into one is its text,
     as Fennel casts a logged frame to its schema (an id of 1 is "1")."""
-    out = []
-    for f in ds.fields:
-        t = f.dtype.of if isinstance(f.dtype, spec.OptionalType) else f.dtype
-        if isinstance(t, spec.StringType):
-            out.append(f.name)
-    return out
+    return [f.name for f in ds.fields if isinstance(base_type(f.dtype), spec.StringType)]
 
 
 def int_as_text(value: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.ops.rows import base_type
+from fennel_dagster.ops.rows import as_date, base_type
 from fennel_dagster.wire import spec
 
 Kind = Literal["datetime", "date"]
@@ -104,18 +104,10 @@ def _numbers(col: pd.Series, kind: Kind) -> pd.Series:
                          index=col.index).mask(stamps.isna())  # fmt: skip
     days = [
         None if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
-        else (_as_date(v) - _EPOCH).days
+        else (as_date(v) - _EPOCH).days
         for v in col.tolist()
     ]  # fmt: skip
     return pd.Series(days, index=col.index, dtype="Int64")
-
-
-def _as_date(v: Any) -> dt.date:
-    if isinstance(v, dt.datetime):
-        return v.date()
-    if isinstance(v, dt.date):
-        return v
-    return dt.date.fromisoformat(str(v))
 
 
 def _value(v: Any, kind: Kind) -> Any:
