@@ -264,6 +264,12 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
     if len(kinds) > 1:
         s.report("mixes continuous and tumbling/hopping/session windows",
                  "split the aggregate into two pipelines, one per window kind")  # fmt: skip
+    discrete = {a.window for a in aggs if a.window.kind not in ("continuous", "forever")}
+    if node.window is None and len(discrete) > 1:  # each would close at its own times
+        s.report("aggregates over different tumbling/hopping/session windows ("
+                 + ", ".join(sorted(_window_text(w) for w in discrete)) + ")",
+                 "give its aggregations one window, or aggregate each window in a dataset "
+                 "of its own")  # fmt: skip
     for k in gkeys:
         if isinstance(s.types[k], spec.OptionalType):
             s.report(f"groupby key {k!r} is Optional", f"dropnull({k!r}) before groupby")
@@ -289,6 +295,13 @@ def _infer_aggregate(node: spec.AggregateNode, s: Stream) -> Schema:
     # the output's time keeps the input's name; with along= it holds the along times
     out.append(spec.FieldSpec(s.ts, spec.TimestampType(), timestamp=True))
     return out
+
+
+def _window_text(w: spec.WindowSpec) -> str:
+    parts = [f"{n}={v}s" for n in ("duration", "stride", "gap") if (v := getattr(w, n))]
+    if w.lookback:
+        parts.append(f"lookback={w.lookback}s")
+    return f"{w.kind}({', '.join(parts)})"
 
 
 def _infer_window_key(node: spec.AggregateNode, w: spec.WindowSpec, s: Stream) -> None:

@@ -241,6 +241,14 @@ def test_aggregate_hopping_window(spark: Any, evs: list[dict[str, Any]]) -> None
 
 @given(evs=events_strategy)
 @EXAMPLES
+def test_aggregate_windows_with_a_lookback(spark: Any, evs: list[dict[str, Any]]) -> None:
+    """Emitted ``lookback`` after they close (Tumbling's second argument, Hopping's third)."""
+    _assert_same(spark, [Ev, _aggregate("tumbling", "1h", "30m", emit="final")], "Agg", evs)
+    _assert_same(spark, [Ev, _aggregate("hopping", "1h", "20m", "1h")], "Agg", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
 def test_aggregate_session_window(spark: Any, evs: list[dict[str, Any]]) -> None:
     _assert_same(spark, [Ev, _aggregate("session", "15m", emit="final")], "Agg", evs)
 

@@ -191,6 +191,7 @@ AGGREGATES = {
     "forever": _aggregate("AggForever", "continuous", "forever"),
     "tumbling": _aggregate("AggTumbling", "tumbling", "1h", emit="final"),
     "hopping": _aggregate("AggHopping", "hopping", "1h", "20m", emit="final"),
+    "lookback": _aggregate("AggLookback", "hopping", "1h", "20m", "30m", emit="final"),
     "session": _aggregate("AggSession", "session", "15m", emit="final"),
 }
 
@@ -416,6 +417,10 @@ def test_aggregate_tumbling_window_on_engine_spark_and_mock(runs: Runs) -> None:
 
 def test_aggregate_hopping_window_on_engine_spark_and_mock(runs: Runs) -> None:
     _same(runs, "AggHopping")
+
+
+def test_aggregate_windows_with_a_lookback_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "AggLookback")
 
 
 def test_aggregate_session_window_on_engine_spark_and_mock(runs: Runs) -> None:

@@ -2,7 +2,11 @@
 
 Tumbling and hopping windows emit one row per (key, window) once the watermark (the newest
 event time seen by the operator) passes the window's end; the row's timestamp is the window
-end minus one microsecond (inside the window). Session windows close after more than ``gap`` of
+end minus one microsecond (inside the window); with a ``lookback``, both that much later.
+After a key's last window with events, the next one (empty) is emitted too, with its
+aggregations over nothing (a count of 0): a lookup after a quiet spell answers the window
+that just closed, as Fennel's does, not the last one that held events; later empty windows
+would repeat that row, so none is emitted. Session windows close after more than ``gap`` of
 inactivity measured against the watermark. Events later than an emitted window are counted
 as late and dropped from it; they read all of a key's events (no tiles).
 
@@ -128,8 +132,8 @@ def _row(
     if node.window is not None:
         stamp = end  # a window key's row exists from its end, as Fennel stamps it
         row[spec.WINDOW_FIELD] = {"begin": _ts(start), "end": _ts(end)}
-    else:
-        stamp = end - 1  # inside the window: the value as of its last instant
+    else:  # the value as of the window's last instant, answered ``lookback`` later
+        stamp = end - 1 + _lookback(_window(node))
     for agg in node.aggs:
         row[agg.into] = aggregate_values(
             agg, [e.get(agg.of) if agg.of else 1 for _, e in inside], [s for s, _ in inside]
@@ -190,9 +194,9 @@ def _close_windows(
     rows = []
     upto = None if raw_upto is None else int(raw_upto)
     pending = []
-    for start, end in _windows(window, [s for s, _ in events]):
-        if end > mark:
-            pending.append(end)
+    for start, end in _windows(window, [s for s, _ in events], _closes_empty(node)):
+        if end + _lookback(window) > mark:
+            pending.append(end + _lookback(window))
             continue
         done_key = key_prefix(key) + str(start).encode()
         if reader.get(meta_ns, done_key) is not None:
@@ -227,13 +231,19 @@ def _first_end(w: spec.WindowSpec, t_us: int) -> int:
     earliest ``gap`` after it; a later event that extends it leaves a later timer)."""
     if w.kind == "session":
         return t_us + _session_reach(w)
-    return min(s + (w.duration or 0) * US for s in _window_starts(w, t_us))
+    return min(s + (w.duration or 0) * US for s in _window_starts(w, t_us)) + _lookback(w)
 
 
 def _closed_before(w: spec.WindowSpec, t_us: int, mark: int) -> bool:
     if w.kind == "session":
         return False  # a late event can always open or extend a session of its own
-    return all(s + (w.duration or 0) * US <= mark for s in _window_starts(w, t_us))
+    return all(s + (w.duration or 0) * US + _lookback(w) <= mark for s in _window_starts(w, t_us))
+
+
+def _lookback(w: spec.WindowSpec) -> int:
+    """How long after its end a window is emitted (Fennel's ``lookback``): its row answers
+    lookups from then on, and events for it are taken until then."""
+    return w.lookback * US
 
 
 def _session_reach(w: spec.WindowSpec) -> int:
@@ -242,7 +252,19 @@ def _session_reach(w: spec.WindowSpec) -> int:
     return (w.gap or 0) * US + 1
 
 
-def _windows(w: spec.WindowSpec, stamps: list[int]) -> list[tuple[int, int]]:
+def _closes_empty(node: spec.AggregateNode) -> bool:
+    """Whether a key's first window without events after windows with some is emitted too
+    (its aggregations over nothing: a count of 0), as Fennel answers a tumbling or hopping
+    aggregation whose last window held none. Not for windows as keys: each row is a window
+    that held events."""
+    return node.window is None and _window(node).kind != "session"
+
+
+def _windows(
+    w: spec.WindowSpec, stamps: list[int], empty_after: bool = False
+) -> list[tuple[int, int]]:
+    """The windows holding ``stamps``; ``empty_after``: with each one's successor (a stride
+    later) that holds none of them."""
     if w.kind == "session":
         out: list[tuple[int, int]] = []
         gap = _session_reach(w)
@@ -252,5 +274,8 @@ def _windows(w: spec.WindowSpec, stamps: list[int]) -> list[tuple[int, int]]:
             else:
                 out.append((s, s + gap))
         return out
-    spans = {(s, s + (w.duration or 0) * US) for t in stamps for s in _window_starts(w, t)}
+    size, stride = (w.duration or 0) * US, (w.stride or w.duration or 0) * US
+    spans = {(s, s + size) for t in stamps for s in _window_starts(w, t)}
+    if empty_after:
+        spans |= {(s + stride, e + stride) for s, e in spans}
     return sorted(spans)
