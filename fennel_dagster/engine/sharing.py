@@ -15,17 +15,20 @@ gives each a process of its own, as a busy job wants every core; one owning many
 host stops paying a Python interpreter, pandas and Kafka clients for each (measured in
 ``bench/README.md``). History ingests (a Spark session each) stay alone.
 
-A shared process lives while all its members run. When one ends (its job removed, fenced,
-stopped for good, or failed), the others are stopped too and the supervisor starts the group
-again from what it owns then: each member recovers exactly once from its durable state, as
-after any restart, and a process follows one rule whatever it holds.
+A member that leaves (its job removed or moved to another engine: the supervisor says so
+over a pipe) or ends on its own (fenced, stopped for good: it says so) stops alone; the
+others run on, so a commit that removes one job does not restart the slices that held its
+partitions. A member that fails stops the whole process: the supervisor starts the group
+again, each member recovering exactly once from its durable state, as after any restart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from multiprocessing.connection import Connection
 
 from fennel_dagster.engine.runner import run_forever
 from fennel_dagster.metadata.registry import JobRow
@@ -62,27 +65,22 @@ def plan_groups(
     per_process: int,
     streams_per_process: int = 1,
 ) -> list[Group]:
-    """The process groups that run ``want``. A running group stays while each of its members
-    is still wanted and it still fits its pool (no needless restart); the other writer
-    partitions are packed in key order, ``per_process`` a group at most; stream partitions
-    ``streams_per_process`` at most, one partition of each job (``_slices``); every other
-    partition is a group of its own."""
-    pools = [(SHARED_KINDS, per_process), (STREAM_KINDS, streams_per_process)]
+    """The process groups that run ``want``. A running group keeps running with those of its
+    members still wanted (one that leaves stops alone: the others are not restarted); the
+    other writer partitions are packed in key order, ``per_process`` a group at most; stream
+    partitions ``streams_per_process`` at most, one partition of each job (``_slices``);
+    every other partition is a group of its own."""
     groups: list[Group] = []
-    pooled: set[Key] = set()
-    running = list(dict.fromkeys(running))
-    for kinds, most in pools:
-        if most <= 1:
-            continue
-        members = {k for k, job in want.items() if job.kind in kinds}
-        kept = [g for g in running if 1 < len(g) <= most and set(g) <= members]
-        placed = {k for g in kept for k in g}
-        loose = sorted(members - placed)
-        packed = _slices(loose, most) if kinds is STREAM_KINDS else _chunks(loose, most)
-        groups += [*kept, *packed]
-        pooled |= members
-    alone = [(k,) for k in sorted(set(want) - pooled)]
-    return sorted([*groups, *alone])
+    for g in dict.fromkeys(running):
+        rest = tuple(k for k in g if k in want)
+        if rest:
+            groups.append(rest)
+    loose = set(want) - {k for g in groups for k in g}
+    for kinds, most in ((SHARED_KINDS, per_process), (STREAM_KINDS, streams_per_process)):
+        mine = sorted(k for k in loose if want[k].kind in kinds)
+        groups += _slices(mine, most) if kinds is STREAM_KINDS else _chunks(mine, most)
+        loose -= set(mine)
+    return sorted([*groups, *((k,) for k in sorted(loose))])
 
 
 def _chunks(keys: list[Key], most: int) -> list[Group]:
@@ -102,25 +100,37 @@ def _slices(keys: list[Key], most: int) -> list[Group]:
 
 
 def run_together(
-    settings: Settings, members: Sequence[tuple[JobRow, int]], owner: str, stop: threading.Event
+    settings: Settings,
+    members: Sequence[tuple[JobRow, int]],
+    owner: str,
+    stop: threading.Event,
+    control: Connection | None = None,
 ) -> None:
-    """Each member's runner in a thread of this process, until ``stop`` or until one of them
-    ends; then all are stopped. Raises the first failure, so the process exits non-zero."""
-    ended = threading.Event()
+    """Each member's runner in a thread of this process, until ``stop`` or until all have
+    ended. ``control`` is the supervisor's end of a pipe: it sends ``("stop", keys)`` for
+    members that leave (their job removed or moved), and hears ``("ended", key)`` of a member
+    that ended on its own (removed, fenced or stopped for good), so it may start it anew; the
+    others run on. A member that raises stops them all and the failure is raised, so the
+    process exits non-zero and its supervisor restarts the group."""
+    keys = [(job.hash, p) for job, p in members]
     stops = [threading.Event() for _ in members]
+    done = [threading.Event() for _ in members]
+    told: set[int] = set()  # members whose end the supervisor has heard of
     failures: list[BaseException] = []
+    wake = threading.Event()
 
     def one(i: int, job: JobRow, partition: int) -> None:
         try:
             reason = run_forever(settings, job, partition, owner, stops[i])
-            if not stop.is_set() and not ended.is_set():  # the first to end, on its own
-                log.info("%s.p%d ended (%s); its process group stops",
+            if not stops[i].is_set():
+                log.info("%s.p%d ended (%s); the others in its process run on",
                          job.name, partition, reason or "removed or fenced")  # fmt: skip
         except BaseException as e:  # noqa: BLE001 - reported, then raised by the group
             log.exception("%s.p%d failed; stopping its process group", job.name, partition)
             failures.append(e)
         finally:
-            ended.set()
+            done[i].set()
+            wake.set()
 
     threads = [
         threading.Thread(target=one, args=(i, job, p), name=f"{job.name}.p{p}", daemon=True)
@@ -128,8 +138,25 @@ def run_together(
     ]
     for t in threads:
         t.start()
-    while not (stop.is_set() or ended.is_set()):
-        ended.wait(0.5)  # wakes now and then: the main thread runs the signal handlers
+    while not (stop.is_set() or failures or all(d.is_set() for d in done)):
+        # wakes now and then: the main thread runs the signal handlers
+        if control is None or not control.poll(0.5):
+            wake.wait(0.0 if control is not None else 0.5)
+        else:
+            try:
+                verb, which = control.recv()
+            except (EOFError, OSError):  # the supervisor is gone
+                break
+            if verb == "stop":
+                for key in map(tuple, which):
+                    if key in keys:
+                        stops[keys.index(key)].set()
+        wake.clear()
+        for i in range(len(members)):
+            if done[i].is_set() and i not in told and control is not None:
+                told.add(i)
+                with contextlib.suppress(OSError):
+                    control.send(("ended", keys[i]))
     for s in stops:
         s.set()
     for t in threads:

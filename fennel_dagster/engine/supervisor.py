@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def _runner_main(
     parent: int = 0,
     metrics_dir: str = "",
     environ: dict[str, str] | None = None,
+    control: Connection | None = None,
 ) -> None:
     become_runner(parent, environ)
     if metrics_dir:
@@ -68,7 +70,7 @@ def _runner_main(
     if len(jobs) == 1:
         run_forever(settings, *jobs[0], owner, stop)
     else:
-        sharing.run_together(settings, jobs, owner, stop)
+        sharing.run_together(settings, jobs, owner, stop, control)
 
 
 @dataclass
@@ -79,6 +81,7 @@ class _Running:
     started: float
     restarts: int = 0
     group: Group = ()  # the partitions its process runs (this one among them)
+    control: Connection | None = None  # a shared process's pipe (sharing.run_together)
 
 
 @dataclass
@@ -88,6 +91,8 @@ class Supervisor:
     address: str = ""
     runners: dict[Key, _Running] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    # shared processes whose members all left or ended: joined once they exit
+    _retired: list[BaseProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._ctx = runner_context()
@@ -155,11 +160,21 @@ class Supervisor:
         streams = sharing.streams_per_process(
             self.settings.engine_streams_per_process, want, len(os.sched_getaffinity(0))
         )
+        self._hear_ended()
         groups = sharing.plan_groups(
             want, self.groups(), self.settings.engine_writers_per_process, streams
         )
         keep = set(groups)
-        gone = [g for g in self.groups() if g not in keep]
+        gone = []
+        for group in self.groups():
+            rest = tuple(k for k in group if k in want)
+            if group in keep:
+                continue
+            if rest in keep:  # some members leave a shared process; the others run on
+                self._release(group, rest)
+            else:
+                gone.append(group)
+        self._reap()
         for group in gone:  # all told at once: each winds down while the others do
             self._signal_stop(group)
         for group in gone:
@@ -174,11 +189,59 @@ class Supervisor:
                     metrics.runner_exited(self.metrics_dir, cur.process.pid)
                 log.warning("engine %s: runner %s exited (%s); restarting", self.engine_id,
                             self._names(group), cur.process.exitcode)  # fmt: skip
+                if cur.control is not None:
+                    cur.control.close()
                 self._start(group, want, cur.restarts + 1)
 
     def groups(self) -> list[Group]:
         """The process groups running now, one entry each."""
         return list(dict.fromkeys(r.group for r in self.runners.values()))
+
+    def _hear_ended(self) -> None:
+        """Members of shared processes that ended on their own leave their groups (if still
+        wanted, they are started anew, in a process of their own)."""
+        for group in self.groups():
+            run = self.runners[group[0]]
+            ended: list[Key] = []
+            with contextlib.suppress(EOFError, OSError):
+                while run.control is not None and run.control.poll():
+                    verb, key = run.control.recv()
+                    if verb == "ended" and tuple(key) in group:
+                        ended.append(tuple(key))
+            if ended:
+                log.info("engine %s: %s ended on its own", self.engine_id,
+                         ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in ended))  # fmt: skip
+                self._leave(group, ended)
+
+    def _release(self, group: Group, rest: Group) -> None:
+        """Tell a shared process to stop the members of ``group`` not in ``rest``."""
+        leaving = [k for k in group if k not in rest]
+        run = self.runners[group[0]]
+        if run.control is not None:
+            with contextlib.suppress(OSError):
+                run.control.send(("stop", leaving))
+        log.info("engine %s: stopping %s; the rest of its process runs on", self.engine_id,
+                 ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in leaving))  # fmt: skip
+        self._leave(group, leaving)
+
+    def _leave(self, group: Group, leaving: list[Key]) -> None:
+        rest = tuple(k for k in group if k not in leaving)
+        process = self.runners[group[0]].process
+        for k in leaving:
+            del self.runners[k]
+        for k in rest:
+            self.runners[k].group = rest
+        if not rest:  # it ends by itself, its members all gone
+            self._retired.append(process)
+
+    def _reap(self) -> None:
+        """Join shared processes whose members all ended."""
+        for process in list(self._retired):
+            if not process.is_alive():
+                process.join(0)
+                if process.pid:
+                    metrics.runner_exited(self.metrics_dir, process.pid)
+                self._retired.remove(process)
 
     def _names(self, group: Group) -> str:
         return ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in group)
@@ -189,6 +252,7 @@ class Supervisor:
 
     def _start(self, group: Group, want: dict[Key, JobRow], restarts: int = 0) -> None:
         first = want[group[0]]
+        control, theirs = self._ctx.Pipe() if len(group) > 1 else (None, None)
         proc = self._ctx.Process(
             target=_runner_main,
             args=(
@@ -198,15 +262,18 @@ class Supervisor:
                 os.getpid(),
                 str(self.metrics_dir),
                 dict(os.environ),
+                theirs,
             ),  # fmt: skip
             name=f"runner-{first.name}-p{group[0][1]}"
             + (f"-and-{len(group) - 1}" if len(group) > 1 else ""),
             daemon=False,
         )
         proc.start()
+        if theirs is not None:
+            theirs.close()  # the child's end, now in the child
         now = time.monotonic()
         for k in group:
-            self.runners[k] = _Running(want[k], k[1], proc, now, restarts, group)
+            self.runners[k] = _Running(want[k], k[1], proc, now, restarts, group, control)
         log.info("engine %s: started %s (pid %s)", self.engine_id, self._names(group), proc.pid)
 
     def _signal_stop(self, group: Group) -> None:
@@ -227,6 +294,8 @@ class Supervisor:
             run.process.join(5)
         if run.process.pid:
             metrics.runner_exited(self.metrics_dir, run.process.pid)
+        if run.control is not None:
+            run.control.close()
         log.info("engine %s: stopped %s", self.engine_id, names)
 
     # ------------------------------------------------------------------ lifecycle
@@ -277,6 +346,10 @@ class Supervisor:
             self._signal_stop(group)
         for group in self.groups():
             self._stop_runner(group)
+        for process in self._retired:  # members all left; stopping on their own
+            process.join(30)
+            if process.is_alive():
+                process.kill()
         if getattr(self, "server", None) is not None:
             self.server.shutdown()
         try:

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from confluent_kafka import Producer
 
+from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
@@ -95,3 +96,49 @@ def test_stream_partitions_share_a_process_by_slice_and_stay_exactly_once_when_k
     assert len(got) == total, f"{len(got)} outputs for {total} events"
     assert as_multiset(got, COLS) == as_multiset(mock_rows(mock, "Spend"), COLS)
     check_state(s, "shared-streams", pipe, mock, repo.T0 + pd.Timedelta(hours=9))
+
+
+def test_a_job_removed_from_shared_processes_leaves_the_others_running(
+    engine_settings: Settings,
+) -> None:
+    """Spend is deleted while each of its partitions shares a process with Txn's source: the
+    source partitions run on in the same processes (no restart) and every raw event still
+    reaches Txn's topic once."""
+    s = engine_settings.with_(engine_streams_per_process=2)
+    raw = f"{s.namespace}.raw"
+    create_topic(s, raw)
+    datasets = repo.graph(raw)
+    jobs = commit(s, datasets)
+    source, pipe = jobs["source:Txn"], jobs["pipeline:Spend"]
+    ev = in_order_events(800)
+    sup = Supervisor(s, engine_id="shared-leave")
+    sup.start_lookups()
+    serving = threading.Thread(target=sup.serve, daemon=True)
+    serving.start()
+    try:
+        wanted = sum(j.partitions for j in jobs.values())
+        wait_for(lambda: len(sup.runners) == wanted, 60, "every partition started")
+        before = {p: sup.runners[(source.hash, p)].process for p in range(4)}
+        assert all(sup.runners[(pipe.hash, p)].process is before[p] for p in range(4))
+        produce_by_uid(s, raw, ev.iloc[:400])
+        out = pipe.spec.output_topic
+        wait_for(lambda: len(read_topic(s, out, 4, timeout=5)) >= 400, 120, "Spend's outputs")
+        with LocalClient(s) as c:  # the two-commit delete
+            c.commit("mark Spend deleted", datasets=repo.graph(raw, spend_deleted=True))
+            c.commit("drop Spend", datasets=datasets[:1])
+        wait_for(lambda: not any(k[0] == pipe.hash for k in list(sup.runners)), 60,
+                 "Spend's partitions to leave")  # fmt: skip
+        produce_by_uid(s, raw, ev.iloc[400:])
+        txn = source.spec.output_topic
+        wait_for(lambda: len(read_topic(s, txn, 4, timeout=5)) >= len(ev), 120, "every event")
+        for p in range(4):  # the same processes, each now running its source partition alone
+            run = sup.runners[(source.hash, p)]
+            assert run.process is before[p] and run.process.is_alive(), p
+            assert run.group == ((source.hash, p),)
+    finally:
+        sup.stop()
+        serving.join(120)
+    rows = [r for _, _, r in read_topic(s, txn, 4)]
+    assert sorted((r["uid"], r["amount"], r["ts"]) for r in rows) == sorted(
+        (r["uid"], r["amount"], r["ts"]) for r in to_records(ev)
+    )  # every raw event once
