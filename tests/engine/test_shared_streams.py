@@ -15,6 +15,9 @@ import os
 import random
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -22,6 +25,8 @@ from confluent_kafka import Producer
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.metadata.registry import JobRow, list_jobs
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.settings import Settings
 from tests.engine import repo
@@ -42,27 +47,43 @@ def produce_by_uid(s: Settings, topic: str, ev: pd.DataFrame) -> None:
     assert p.flush(30) == 0
 
 
-def test_stream_partitions_share_a_process_by_slice_and_stay_exactly_once_when_killed(
-    engine_settings: Settings,
-) -> None:
+def two_a_process(engine_settings: Settings) -> tuple[Settings, str, list[Any], JobRow, JobRow]:
+    """The engine repo committed, its raw topic made, two stream partitions a process."""
     s = engine_settings.with_(engine_streams_per_process=2)
     raw = f"{s.namespace}.raw"
     create_topic(s, raw)
     datasets = repo.graph(raw)
     jobs = commit(s, datasets)
-    source, pipe = jobs["source:Txn"], jobs["pipeline:Spend"]
-    assert source.partitions == pipe.partitions == 4
-    total = 2400
-    ev = in_order_events(total)
-    sup = Supervisor(s, engine_id="shared-streams")
+    return s, raw, datasets, jobs["source:Txn"], jobs["pipeline:Spend"]
+
+
+@contextmanager
+def engine(s: Settings, engine_id: str) -> Iterator[Supervisor]:
+    """A supervisor serving in a thread, its every partition started."""
+    sup = Supervisor(s, engine_id=engine_id)
     sup.start_lookups()
     serving = threading.Thread(target=sup.serve, daemon=True)
     serving.start()
+    try:
+        with connect(s, s.pg_schema) as conn:
+            wanted = sum(j.partitions for j in list_jobs(conn))
+        wait_for(lambda: len(sup.runners) == wanted, 60, "every partition started")
+        yield sup
+    finally:
+        sup.stop()
+        serving.join(120)
+
+
+def test_stream_partitions_share_a_process_by_slice_and_stay_exactly_once_when_killed(
+    engine_settings: Settings,
+) -> None:
+    s, raw, datasets, source, pipe = two_a_process(engine_settings)
+    assert source.partitions == pipe.partitions == 4
+    total = 2400
+    ev = in_order_events(total)
     rnd = random.Random(5)
     kills = 0
-    try:
-        wanted = sum(j.partitions for j in jobs.values())
-        wait_for(lambda: len(sup.runners) == wanted, 60, "every partition started")
+    with engine(s, "shared-streams") as sup:
         for p in range(4):  # partition p of the source and of the pipeline: one process
             shared = sup.runners[(source.hash, p)].process
             assert sup.runners[(pipe.hash, p)].process is shared, p
@@ -83,9 +104,6 @@ def test_stream_partitions_share_a_process_by_slice_and_stay_exactly_once_when_k
         # the restarted groups are the same slices again
         for p in range(4):
             assert sup.runners[(pipe.hash, p)].process is sup.runners[(source.hash, p)].process
-    finally:
-        sup.stop()
-        serving.join(120)
     assert kills >= 12, kills
     txn_rows = [r for _, _, r in read_topic(s, source.spec.output_topic, 4)]
     assert sorted((r["uid"], r["amount"], r["ts"]) for r in txn_rows) == sorted(
@@ -104,20 +122,9 @@ def test_a_job_removed_from_shared_processes_leaves_the_others_running(
     """Spend is deleted while each of its partitions shares a process with Txn's source: the
     source partitions run on in the same processes (no restart) and every raw event still
     reaches Txn's topic once."""
-    s = engine_settings.with_(engine_streams_per_process=2)
-    raw = f"{s.namespace}.raw"
-    create_topic(s, raw)
-    datasets = repo.graph(raw)
-    jobs = commit(s, datasets)
-    source, pipe = jobs["source:Txn"], jobs["pipeline:Spend"]
+    s, raw, datasets, source, pipe = two_a_process(engine_settings)
     ev = in_order_events(800)
-    sup = Supervisor(s, engine_id="shared-leave")
-    sup.start_lookups()
-    serving = threading.Thread(target=sup.serve, daemon=True)
-    serving.start()
-    try:
-        wanted = sum(j.partitions for j in jobs.values())
-        wait_for(lambda: len(sup.runners) == wanted, 60, "every partition started")
+    with engine(s, "shared-leave") as sup:
         before = {p: sup.runners[(source.hash, p)].process for p in range(4)}
         assert all(sup.runners[(pipe.hash, p)].process is before[p] for p in range(4))
         produce_by_uid(s, raw, ev.iloc[:400])
@@ -135,9 +142,6 @@ def test_a_job_removed_from_shared_processes_leaves_the_others_running(
             run = sup.runners[(source.hash, p)]
             assert run.process is before[p] and run.process.is_alive(), p
             assert run.group == ((source.hash, p),)
-    finally:
-        sup.stop()
-        serving.join(120)
     rows = [r for _, _, r in read_topic(s, txn, 4)]
     assert sorted((r["uid"], r["amount"], r["ts"]) for r in rows) == sorted(
         (r["uid"], r["amount"], r["ts"]) for r in to_records(ev)
