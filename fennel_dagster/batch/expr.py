@@ -330,6 +330,15 @@ def _call(
         raise SparkUnsupported(f"unknown expression function {fn!r}")
     if fn == "now":
         return F.current_timestamp()
+    if fn == "make_struct":
+        if not isinstance(dtype, spec.StructType):
+            raise SparkUnsupported("make_struct needs a struct type")
+        given = dict(zip((str(_param(a)) for a in args[::2]),
+                         (to_column(a, env) for a in args[1::2]), strict=True))  # fmt: skip
+        return F.struct(*[
+            (given[f.name] if f.name in given else F.lit(None)).cast(spark_type(f.dtype)).alias(f.name)
+            for f in dtype.fields
+        ])  # fmt: skip
     if fn == "zip":
         if not isinstance(dtype, spec.StructType):
             raise SparkUnsupported("zip needs a struct type")

@@ -131,6 +131,13 @@ def show(e: spec.Expr) -> str:
             return "now()"
         case spec.Call(fn="repeat", args=(value, by)):
             return f"repeat({show(value)}, {show(by)})"
+        case spec.Call(fn="make_struct", args=args, dtype=d):
+            pairs = zip(args[::2], args[1::2], strict=True)
+            named = ", ".join(
+                f"{json.dumps(n.value if isinstance(n, spec.Lit) else str(n))}: {show(v)}"
+                for n, v in pairs
+            )
+            return f"make_struct({{{named}}}, {render(d) if d is not None else 'struct'})"
         case spec.Call(fn="zip", args=args, dtype=d):
             pairs = zip(args[::2], args[1::2], strict=True)
             named = ", ".join(
@@ -191,6 +198,8 @@ def type_of(e: spec.Expr, schema: Mapping[str, spec.DType]) -> spec.DType:
             return _lambda_type(e, schema)
         case spec.Call(fn="zip"):
             return _zip_type(e, schema)
+        case spec.Call(fn="make_struct"):
+            return _make_struct_type(e, schema)
         case spec.Call():
             ts = [type_of(a, schema) for a in e.args]
             _check_operands(e, ts)
@@ -204,6 +213,33 @@ def _repeat_type(e: spec.Call, ts: list[spec.DType]) -> spec.DType:
         raise TypeErrorInExpr(f"{show(e)} repeats a value {render(ts[1])} times",
                               "give the count as an int, e.g. repeat(col(\"x\"), 3)")  # fmt: skip
     return _wrap(spec.ListType(ts[0]), ts[1])
+
+
+def _make_struct_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:
+    """``make_struct({...}, MyStruct)``: a ``MyStruct`` from values of its fields' types (a
+    field not given, or given a null, must be Optional); never null itself."""
+    st = e.dtype
+    if not isinstance(st, spec.StructType):
+        raise TypeErrorInExpr(f"{show(e)} has no struct type", "pass a @struct class")
+    given = set()
+    for n, v in zip(e.args[::2], e.args[1::2], strict=True):
+        name = n.value if isinstance(n, spec.Lit) else None
+        t = type_of(v, schema)
+        field = next((f for f in st.fields if f.name == name), None)
+        if field is None:
+            raise TypeErrorInExpr(f"{show(e)}: {st.name} has no field {name}",
+                                  f"give only fields of {st.name}")  # fmt: skip
+        optional = isinstance(field.dtype, spec.OptionalType)
+        if not (_like(t, field.dtype) and (optional or not isinstance(t, spec.OptionalType))):
+            raise TypeErrorInExpr(f"{show(e)} fills {st.name}.{name} ({render(field.dtype)}) with a {render(t)}",
+                                  f"give {name} a {render(field.dtype)}"
+                                  + ("" if optional else " (fillnull a nullable value first)"))  # fmt: skip
+        given.add(name)
+    missing = [f.name for f in st.fields if f.name not in given and not isinstance(f.dtype, spec.OptionalType)]  # fmt: skip
+    if missing:
+        raise TypeErrorInExpr(f"{show(e)} leaves out {', '.join(missing)}",
+                              f"give every non-Optional field of {st.name} a value")  # fmt: skip
+    return st
 
 
 def _zip_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:

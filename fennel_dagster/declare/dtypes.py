@@ -13,6 +13,7 @@ import pandas as pd
 
 from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.wire import spec
+from fennel_dagster.wire.usercode import SHIPPED_MODULE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +72,12 @@ def struct(cls: type) -> type:
     """Mark a class of annotated fields as a struct type usable in dataset fields."""
     cls.__fennel_struct__ = True  # type: ignore[attr-defined]
     out: type = dataclasses.dataclass(cls)
-    _STRUCTS[cls.__name__] = out
+    # a struct shipped with user code and defined again where it runs does not replace the
+    # class declared under its name in this process (values would stop comparing equal)
+    if cls.__module__ != SHIPPED_MODULE or cls.__name__ not in _STRUCTS:
+        _STRUCTS[cls.__name__] = out
     out.zip = classmethod(_zip)  # type: ignore[attr-defined]  # Fennel's MyStruct.zip(a=..., b=...)
+    out.expr = classmethod(_expr)  # type: ignore[attr-defined]  # Fennel's MyStruct.expr(a=...)
     out.as_json = as_json  # type: ignore[attr-defined]  # Fennel's value.as_json()
     return out
 
@@ -100,6 +105,12 @@ def as_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: as_json(v) for k, v in value.items()}
     return value
+
+
+def _expr(cls: type, **fields: Any) -> Any:
+    from fennel_dagster.declare.expr import make_struct  # expr imports this module
+
+    return make_struct(fields, cls)
 
 
 def _zip(cls: type, **fields: Any) -> Any:

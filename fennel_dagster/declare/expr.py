@@ -460,6 +460,25 @@ def struct_zip(struct_type: type, **fields: Any) -> Expr:
     return Expr(spec.Call("zip", tuple(args), dtype))
 
 
+def make_struct(fields: dict[str, Any], type: type) -> Expr:  # noqa: A002 - Fennel's name
+    """``make_struct({"a": col("x"), "b": 1}, MyStruct)``: a ``MyStruct`` per row from its
+    fields' expressions (a field left out is null); ``MyStruct.expr(a=..., b=...)`` alike."""
+    dtype = to_dtype(type, f"make_struct(..., {getattr(type, '__name__', type)})")
+    if not isinstance(dtype, spec.StructType):
+        raise InvalidExprException(f"make_struct needs a @struct class, got {type!r}")
+    known = {f.name for f in dtype.fields}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InvalidExprException(
+            f"make_struct({', '.join(fields)}, {dtype.name}): {dtype.name} has no field "
+            f"{', '.join(unknown)}; its fields: {', '.join(sorted(known))}"
+        )
+    args: list[spec.Expr] = []
+    for name, value in fields.items():
+        args += [spec.Lit(name), _expr_arg(value, f"make_struct({name}=..., {dtype.name})")]
+    return Expr(spec.Call("make_struct", tuple(args), dtype))
+
+
 def now() -> Expr:
     """The current time (a datetime), read when the expression is evaluated."""
     return Expr(spec.Call("now", ()))

@@ -248,7 +248,7 @@ _SERIES_FNS: dict[str, Callable[[list[Series]], Series]] = {
 
 FUNCTIONS = frozenset(_PARAM_FNS) | frozenset(_SERIES_FNS) | {
     "neg", "not", "isnull", "fillnull", "astype", "dt.since", "str.parse", "now", "repeat",
-    "list.map", "list.filter", "zip",
+    "list.map", "list.filter", "zip", "make_struct",
 }  # fmt: skip
 
 
@@ -279,6 +279,18 @@ def _zip(names: list[str], lists: list[Series], dtype: spec.StructType, index: p
               for items in zip(*row, strict=False)]
         for row in rows
     ]  # fmt: skip
+    return pd.Series(out, index=index, dtype=object)
+
+
+def _make_struct(
+    names: list[str], values: list[Series], dtype: spec.StructType, index: pd.Index
+) -> Series:
+    """A struct (a dict of every field, null where not given or null) per row."""
+    given = dict(zip(names, (v.astype(object).tolist() for v in values), strict=True))
+    out = [
+        {f.name: _plain(given[f.name][i]) if f.name in given else None for f in dtype.fields}
+        for i in range(len(index))
+    ]
     return pd.Series(out, index=index, dtype=object)
 
 
@@ -484,6 +496,12 @@ def _compile_call(
         )
     if fn == "now":
         return lambda df: pd.Series(pd.Timestamp.now(tz="UTC"), index=df.index)
+    if fn == "make_struct":
+        if not isinstance(dtype, spec.StructType):
+            raise ExprError("make_struct needs a struct type")
+        st, names = dtype, [str(_arg_value(a)) for a in args[::2]]
+        parts = [compile_expr(a) for a in args[1::2]]
+        return lambda df: _make_struct(names, [p(df) for p in parts], st, df.index)
     if fn == "zip":
         if not isinstance(dtype, spec.StructType):
             raise ExprError("zip needs a struct type")

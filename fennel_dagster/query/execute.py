@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.declare.answers import answer_column
+from fennel_dagster.declare.answers import answer_column, answer_value
 from fennel_dagster.declare.lookup import DatasetHandle, LookupProvider, lookups_served_by
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.columns import positional, utc
@@ -29,6 +29,15 @@ Columns = dict[str, pd.Series]  # the query's columns by full feature name, as t
 
 class ExtractorError(QueryError, RuntimeError):
     """An extractor that raised or returned something other than its declared outputs."""
+
+
+def _holds_struct(t: spec.DType) -> bool:
+    match t:
+        case spec.StructType():
+            return True
+        case spec.OptionalType(of=inner) | spec.ListType(of=inner) | spec.MapType(of=inner):
+            return _holds_struct(inner)
+    return False
 
 
 class _FeaturesetHandle:
@@ -74,6 +83,18 @@ class QueryExecutor:
             self._loaded[key] = load(ex.code, self._namespace())  # type: ignore[arg-type]
         return self._loaded[key]
 
+    def _answering(
+        self, dataset: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """An extractor's ``Dataset.lookup``, its struct values objects of their class (as
+        Fennel's extractors read them: ``role.cost``), not the dicts rows carry."""
+        rows, found = self.provider(dataset, ts, keys, fields)
+        ds = self.datasets.get(dataset)
+        for f in ds.fields if ds is not None else ():
+            if f.name in rows.columns and _holds_struct(f.dtype):
+                rows[f.name] = [answer_value(v, f.dtype) for v in rows[f.name].tolist()]
+        return rows, found
+
     def _namespace(self) -> dict[str, Any]:
         """The names shipped extractor code sees: datasets and featuresets by name."""
         if self._names is None:
@@ -100,7 +121,7 @@ class QueryExecutor:
         ts = utc(ts)
         if fetched is None:
             fetched = self._prefetch(plan, columns, ts)
-        with lookups_served_by(self.provider):
+        with lookups_served_by(self._answering):
             for ex in plan.steps:
                 produced = self._run_one(ex, columns, len(inputs), ts, fetched)
                 for name, col in produced.items():
@@ -113,7 +134,7 @@ class QueryExecutor:
         """One Python extractor over ``frame`` (its inputs, by full feature name), its lookups
         answered by the provider: how Spark runs it on each chunk of an offline query."""
         columns: Columns = {str(c): frame[c] for c in frame.columns}
-        with lookups_served_by(self.provider):
+        with lookups_served_by(self._answering):
             return self._run_one(ex, columns, len(frame), ts, {})
 
     def prefetches(self, plan: QueryPlan, inputs: Sequence[str]) -> dict[LookupKey, list[str]]:

@@ -16,9 +16,12 @@ user's own modules) are skipped: names they would bind must come from the seeded
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import linecache
 import sys
+import textwrap
+import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,6 +29,10 @@ from typing import Any
 
 from fennel_dagster.errors import WireFailed
 from fennel_dagster.wire.spec import UserCode
+
+SHIPPED_MODULE = "fennel_usercode"  # the module name shipped code runs under
+# a module of that name exists: a shipped @struct (a dataclass) looks its module up
+sys.modules.setdefault(SHIPPED_MODULE, types.ModuleType(SHIPPED_MODULE))
 
 
 class UserCodeError(WireFailed, ValueError):
@@ -152,9 +159,50 @@ def _importable(value: Any) -> tuple[str, str] | None:
     return module, qual
 
 
+def _is_struct(value: Any) -> bool:
+    return isinstance(value, type) and bool(getattr(value, "__fennel_struct__", False))
+
+
+def _struct_binding(name: str, value: type, seen: set[int]) -> list[str]:
+    """A ``@struct`` class the code builds values of (``Role(...)``): imported where its module
+    is importable (the same class, so values compare equal), else defined from its source;
+    the structs its fields name come first."""
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    lines: list[str] = []
+    for field in dataclasses.fields(value):
+        for dep in _types_in(field.type, vars(sys.modules.get(value.__module__, sys)), value):
+            lines += _struct_binding(dep.__name__, dep, seen)
+    try:
+        source = _dedent(inspect.getsource(value))
+    except (OSError, TypeError) as e:
+        raise UserCodeError(f"cannot read the source of the struct {value.__qualname__}") from e
+    rename = "" if value.__name__ == name else f"\n{name} = {value.__name__}"
+    found = _importable(value)
+    if found is None:
+        return [*lines, source + rename]
+    module, qual = found
+    fallback = textwrap.indent(source, "    ")
+    alias = "" if qual == name else f" as {name}"
+    return [*lines, f"try:\n    from {module} import {qual}{alias}\nexcept ImportError:\n"
+                    f"{fallback}{textwrap.indent(rename.strip(), '    ')}"]  # fmt: skip
+
+
+def _types_in(annotation: Any, scope: Mapping[str, Any], owner: type) -> list[type]:
+    """The ``@struct`` classes an annotation names (in lists, Optionals, maps, as text)."""
+    if isinstance(annotation, str):
+        annotation = scope.get(annotation, getattr(owner, "__annotations__", {}).get(annotation))
+    if _is_struct(annotation):
+        return [annotation]
+    return [t for arg in getattr(annotation, "__args__", ()) for t in _types_in(arg, scope, owner)]
+
+
 def _closure_binding(name: str, value: Any, owner: str, seen: set[int]) -> list[str]:
     """How a value the function reads from an enclosing function is rebuilt where it runs:
     declarations (and imports) local to a test function are as shippable as module-level ones."""
+    if _is_struct(value):
+        return _struct_binding(name, value, seen)
     if inspect.ismodule(value):
         alias = "" if name == value.__name__ else f" as {name}"
         return [f"import {value.__name__}{alias}"]
@@ -190,6 +238,9 @@ def _captured_values(fn: Any, seen: set[int] | None = None) -> list[str]:
     module_globals = fn.__globals__
     for name in sorted(_referenced_names(fn.__code__)):
         value = module_globals.get(name, _ABSENT)
+        if _is_struct(value):  # a class of the user's module, which may not import there
+            lines.extend(_struct_binding(name, value, seen))
+            continue
         if value is _ABSENT or callable(value) or inspect.ismodule(value):
             continue
         if (
@@ -234,7 +285,7 @@ def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable
     """The callable that ``code`` defines, with ``namespace`` names visible to it."""
     seeded = dict(namespace or {})
     # seeded first too: a closure binding in the preamble (``spend = Spend``) names a handle
-    env: dict[str, Any] = {"__name__": "fennel_usercode", **seeded}
+    env: dict[str, Any] = {"__name__": SHIPPED_MODULE, **seeded}
     for stmt in _statements(code.preamble):
         try:
             exec(compile(stmt, "<fennel preamble>", "exec"), env)  # noqa: S102

@@ -17,7 +17,17 @@ import pytest
 from fennel_dagster.batch.expr import REFUSED, SparkUnsupported, java_pattern, spark_type, to_column
 from fennel_dagster.declare.expr import struct_zip
 from fennel_dagster.dtypes import struct
-from fennel_dagster.expr import Expr, col, from_epoch, lit, now, repeat, var, when
+from fennel_dagster.expr import (
+    Expr,
+    col,
+    from_epoch,
+    lit,
+    make_struct,
+    now,
+    repeat,
+    var,
+    when,
+)
 from fennel_dagster.ops.expr import FUNCTIONS, evaluate
 from fennel_dagster.wire import spec
 
@@ -102,6 +112,8 @@ CASES: dict[str, Expr] = {
     "now": now().dt.since(t, "day"),
     "zip": struct_zip(Parsed, a=li, b=m.list.map("v", var("v") > 1)),
     "zip of one list": struct_zip(Parsed, a=li),
+    "make_struct": make_struct({"a": j, "b": b}, Parsed),
+    "make_struct leaving a field out": Parsed.expr(a=j * 2),  # type: ignore[attr-defined]
     "repeat": repeat(b, j), "repeat of a column": repeat(s, i),
     "list.all": m.list.map("v", var("v") > 1).list.all(),
     "list.any": m.list.map("v", var("v") > 1).list.any(),

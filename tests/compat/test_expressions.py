@@ -18,6 +18,7 @@ from fennel_dagster.expr import (
     InvalidExprException,
     col,
     lit,
+    make_struct,
     now,
     repeat,
     var,
@@ -181,6 +182,21 @@ def test_repeat_now_datetime_and_zip() -> None:
     assert got == [[Pair(1, True)], []]
     with pytest.raises(InvalidExprException, match="has no field c"):
         struct_zip(Pair, c=col("a"))
+
+
+def test_make_struct_builds_a_struct_a_row() -> None:
+    """Fennel's ``make_struct({...}, MyStruct)`` and ``MyStruct.expr(...)``."""
+    e = make_struct({"a": col("a"), "b": col("b") > 1}, Pair)
+    assert e.typeof(schema={"a": int, "b": int}) is Pair
+    assert _eval(e, {"a": int, "b": int}, a=[1, 2], b=[0, 5]) == [Pair(1, False), Pair(2, True)]
+    made = Pair.expr(a=col("a"), b=True)  # type: ignore[attr-defined]
+    assert _eval(made, {"a": int}, a=[7]) == [Pair(7, True)]
+    with pytest.raises(InvalidExprException, match="Pair has no field c; its fields: a, b"):
+        make_struct({"c": col("a")}, Pair)
+    with pytest.raises(ValueError, match="fills Pair.a \\(int\\) with a Optional\\[int\\]"):
+        e.typeof(schema={"a": Optional[int], "b": int})  # fillnull first
+    with pytest.raises(ValueError, match="leaves out a"):
+        make_struct({"b": lit(True)}, Pair).typeof(schema={})
 
 
 def test_eval_needs_a_schema_and_strings_keep_nulls_as_na() -> None:

@@ -6,10 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
+from fennel_dagster.dtypes import struct
 from fennel_dagster.wire import decode, encode
 from fennel_dagster.wire.usercode import UserCodeError, capture, includes, load
 
@@ -83,3 +85,48 @@ def test_a_nested_def_with_a_comment_at_column_0_ships_and_runs() -> None:
     assert code.source.startswith("def nested(") and "comment" not in code.source
     fn = load(decode(encode(code)))
     assert fn(pd.DataFrame({"a": [1, 2]})).tolist() == [3, 5]
+
+
+@struct
+class Leg:
+    km: int
+
+
+@struct
+class Trip:
+    name: str
+    legs: list[Leg]
+
+
+def test_a_struct_the_code_builds_ships_with_it_and_stays_the_same_class_here() -> None:
+    """``Trip(...)`` in a lambda: imported where its module imports (values compare equal to
+    the user's), else defined from its source, the structs its fields name first."""
+    code = capture(lambda n: Trip(name=n, legs=[Leg(km=1)]))
+    assert "from tests.declare.test_usercode import Trip" in code.preamble
+    assert "class Leg" in code.preamble and "class Trip" in code.preamble
+    assert load(code)("x") == Trip(name="x", legs=[Leg(km=1)])  # the same class
+
+    def local() -> Any:
+        @struct
+        class Stop:
+            at: str
+
+        return lambda s: Stop(at=s)
+
+    shipped = capture(local())  # a struct local to a function: its source goes along
+    assert "class Stop" in shipped.preamble
+    assert load(shipped)("here").at == "here"
+
+
+def test_a_shipped_struct_runs_where_its_module_does_not_import(tmp_path: Path) -> None:
+    payload = tmp_path / "code.json"
+    payload.write_bytes(encode(capture(lambda n: Trip(name=n, legs=[Leg(km=2)]))))
+    script = (
+        "import sys; from fennel_dagster.wire import decode;"
+        "from fennel_dagster.wire.usercode import load;"
+        f"fn = load(decode(open({str(payload)!r}, 'rb').read()));"
+        "print(fn('t'))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,  # not the repo: no tests
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == "Trip(name='t', legs=[Leg(km=2)])"
