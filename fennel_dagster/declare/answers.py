@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,24 @@ def answer_value(value: Any, t: spec.DType) -> Any:
             ts = pd.Timestamp(value)
             return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
     return value
+
+
+def holds_struct(t: spec.DType) -> bool:
+    match t:
+        case spec.StructType():
+            return True
+        case spec.OptionalType(of=inner) | spec.ListType(of=inner) | spec.MapType(of=inner):
+            return holds_struct(inner)
+    return False
+
+
+def struct_objects(rows: pd.DataFrame, fields: Sequence[spec.FieldSpec]) -> pd.DataFrame:
+    """``rows`` (a ``Dataset.lookup``'s) with each struct value an object of its class, as
+    Fennel's lookups give them to the code that calls them (``role.cost``)."""
+    for f in fields:
+        if f.name in rows.columns and holds_struct(f.dtype):
+            rows[f.name] = [answer_value(v, f.dtype) for v in rows[f.name].tolist()]
+    return rows
 
 
 _NULLABLE: dict[type, str] = {

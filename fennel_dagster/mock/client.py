@@ -37,6 +37,7 @@ from fennel_dagster.commit.errors import CommitRejected, raise_for_backfill
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.answers import struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops import index
@@ -220,7 +221,7 @@ class MockClient:
         self.commits.append(commit)
         for ex in new:
             self._backfill(ex)
-        serve_outside_runs(self._lookup)  # Fennel's tests call Dataset.lookup directly
+        serve_outside_runs(self._dataset_lookup)  # Fennel's tests call Dataset.lookup directly
         for cls in datasets:  # and log(Dataset, df) through the client that committed it
             cls.__fennel_mock_client__ = self  # type: ignore[attr-defined]
         return Done(f"committed {message!r}", commit)
@@ -456,6 +457,14 @@ class MockClient:
     ) -> tuple[pd.DataFrame, pd.Series]:
         ds = self._dataset(name)
         return lookup_state(self.state, ds, self._serving.get(name), keys, ts, fields)
+
+    def _dataset_lookup(
+        self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """``Dataset.lookup`` called outside an extractor: struct values as objects, as the
+        extractors' lookups answer them (``query.execute``)."""
+        rows, found = self._lookup(name, ts, keys, fields)
+        return struct_objects(rows, self._dataset(name).fields), found
 
     def query(
         self,

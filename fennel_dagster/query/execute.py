@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fennel_dagster.declare.answers import answer_column, answer_value
+from fennel_dagster.declare.answers import answer_column, struct_objects
 from fennel_dagster.declare.lookup import DatasetHandle, LookupProvider, lookups_served_by
 from fennel_dagster.errors import QueryError
 from fennel_dagster.ops.columns import positional, utc
@@ -29,15 +29,6 @@ Columns = dict[str, pd.Series]  # the query's columns by full feature name, as t
 
 class ExtractorError(QueryError, RuntimeError):
     """An extractor that raised or returned something other than its declared outputs."""
-
-
-def _holds_struct(t: spec.DType) -> bool:
-    match t:
-        case spec.StructType():
-            return True
-        case spec.OptionalType(of=inner) | spec.ListType(of=inner) | spec.MapType(of=inner):
-            return _holds_struct(inner)
-    return False
 
 
 class _FeaturesetHandle:
@@ -90,10 +81,7 @@ class QueryExecutor:
         Fennel's extractors read them: ``role.cost``), not the dicts rows carry."""
         rows, found = self.provider(dataset, ts, keys, fields)
         ds = self.datasets.get(dataset)
-        for f in ds.fields if ds is not None else ():
-            if f.name in rows.columns and _holds_struct(f.dtype):
-                rows[f.name] = [answer_value(v, f.dtype) for v in rows[f.name].tolist()]
-        return rows, found
+        return (struct_objects(rows, ds.fields) if ds is not None else rows), found
 
     def _namespace(self) -> dict[str, Any]:
         """The names shipped extractor code sees: datasets and featuresets by name."""

@@ -262,6 +262,24 @@ def test_a_lookup_answers_windows_as_objects_in_utc() -> None:
     assert series.tolist() == df["window"].tolist()  # Window objects as keys too
 
 
+def test_dataset_lookup_in_code_answers_struct_objects_too() -> None:
+    """``Stats.lookup(ts, ...)`` called by a test or an extractor: its struct values are
+    objects of their class (``row.window.begin``), as the client's lookups give them."""
+    client = MockClient()
+    stats = _by_window("tumbling", "10s")
+    client.commit("windows", datasets=[Event, stats])
+    client.log("hook", "ev", pd.DataFrame([
+        {"uid": 1, "amount": 5, "ts": T0 + timedelta(seconds=3)},
+        {"uid": 1, "amount": 6, "ts": T0 + timedelta(seconds=12)},
+    ]))  # fmt: skip
+    key = {"begin": T0, "end": T0 + timedelta(seconds=10)}
+    df, found = stats.lookup(pd.Series([T0 + timedelta(minutes=1)]), uid=pd.Series([1]),
+                             window=pd.Series([key]))  # type: ignore[attr-defined]  # fmt: skip
+    assert found.tolist() == [True]
+    window = df["window"].tolist()[0]
+    assert isinstance(window, Window) and (window.begin, window.end) == (key["begin"], key["end"])
+
+
 def test_a_struct_the_client_never_declared_still_answers_objects() -> None:
     point = spec.StructType("Point", (spec.StructField("x", spec.IntType()),
                                       spec.StructField("y", spec.IntType())))  # fmt: skip
