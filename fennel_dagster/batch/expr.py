@@ -181,6 +181,14 @@ def _pow(a: Column, b: Column) -> Column:
     return F.when(ints & (b < 0), F.raise_error(F.lit(message))).otherwise(F.pow(a, b))
 
 
+def _struct(given: Mapping[str, Column], dtype: spec.StructType) -> Column:
+    """A struct of ``dtype`` from its fields' columns (a field not given is null)."""
+    return F.struct(*[
+        (given[f.name] if f.name in given else F.lit(None)).cast(spark_type(f.dtype)).alias(f.name)
+        for f in dtype.fields
+    ])  # fmt: skip
+
+
 def _zip(names: list[str], lists: list[Column], dtype: spec.StructType) -> Column:
     """As ``ops.expr._zip``: structs of the lists' items up to the shortest list (Spark's
     ``arrays_zip`` pads to the longest, so the items are read by position instead)."""
@@ -188,10 +196,7 @@ def _zip(names: list[str], lists: list[Column], dtype: spec.StructType) -> Colum
     shortest = F.least(*(F.size(c) for c in lists)) if len(lists) > 1 else F.size(lists[0])
 
     def item(k: Column) -> Column:
-        return F.struct(*[
-            (given[f.name][k] if f.name in given else F.lit(None)).cast(spark_type(f.dtype)).alias(f.name)
-            for f in dtype.fields
-        ])  # fmt: skip
+        return _struct({name: c[k] for name, c in given.items()}, dtype)
 
     present = F.lit(True)
     for c in lists:
@@ -335,10 +340,7 @@ def _call(
             raise SparkUnsupported("make_struct needs a struct type")
         given = dict(zip((str(_param(a)) for a in args[::2]),
                          (to_column(a, env) for a in args[1::2]), strict=True))  # fmt: skip
-        return F.struct(*[
-            (given[f.name] if f.name in given else F.lit(None)).cast(spark_type(f.dtype)).alias(f.name)
-            for f in dtype.fields
-        ])  # fmt: skip
+        return _struct(given, dtype)
     if fn == "zip":
         if not isinstance(dtype, spec.StructType):
             raise SparkUnsupported("zip needs a struct type")

@@ -443,40 +443,40 @@ def var(name: builtins.str) -> Expr:
 def struct_zip(struct_type: type, **fields: Any) -> Expr:
     """``MyStruct.zip(a=col("x"), b=col("y"))``: lists zipped item by item into a list of
     ``MyStruct`` (as long as the shortest list); a field left out is null."""
-    dtype = to_dtype(struct_type, f"{getattr(struct_type, '__name__', struct_type)}.zip()")
+    if not fields:
+        raise InvalidExprException(
+            f"{getattr(struct_type, '__name__', struct_type)}.zip(): no lists given; pass a "
+            "list expression per field"
+        )
+    dtype, args = _struct_fields(struct_type, fields, "zip")
+    return Expr(spec.Call("zip", args, dtype))
+
+
+def _struct_fields(
+    struct_type: type, fields: dict[str, Any], call: str
+) -> tuple[spec.StructType, tuple[spec.Expr, ...]]:
+    """A struct call's type and its arguments: each field's name, then its expression."""
+    dtype = to_dtype(struct_type, f"{call}(..., {getattr(struct_type, '__name__', struct_type)})")
     if not isinstance(dtype, spec.StructType):
-        raise InvalidExprException(f"zip needs a @struct class, got {struct_type!r}")
+        raise InvalidExprException(f"{call} needs a @struct class, got {struct_type!r}")
     known = {f.name for f in dtype.fields}
     unknown = sorted(set(fields) - known)
-    if unknown or not fields:
+    if unknown:
         raise InvalidExprException(
-            f"{dtype.name}.zip({', '.join(fields)}): "
-            + (f"{dtype.name} has no field {', '.join(unknown)}" if unknown else "no lists given")
-            + f"; pass a list expression per field ({', '.join(sorted(known))})"
+            f"{dtype.name}.{call}({', '.join(fields)}): {dtype.name} has no field "
+            f"{', '.join(unknown)}; its fields: {', '.join(sorted(known))}"
         )
     args: list[spec.Expr] = []
     for name, value in fields.items():
-        args += [spec.Lit(name), _expr_arg(value, f"{dtype.name}.zip({name}=...)")]
-    return Expr(spec.Call("zip", tuple(args), dtype))
+        args += [spec.Lit(name), _expr_arg(value, f"{dtype.name}.{call}({name}=...)")]
+    return dtype, tuple(args)
 
 
 def make_struct(fields: dict[str, Any], type: type) -> Expr:  # noqa: A002 - Fennel's name
     """``make_struct({"a": col("x"), "b": 1}, MyStruct)``: a ``MyStruct`` per row from its
     fields' expressions (a field left out is null); ``MyStruct.expr(a=..., b=...)`` alike."""
-    dtype = to_dtype(type, f"make_struct(..., {getattr(type, '__name__', type)})")
-    if not isinstance(dtype, spec.StructType):
-        raise InvalidExprException(f"make_struct needs a @struct class, got {type!r}")
-    known = {f.name for f in dtype.fields}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise InvalidExprException(
-            f"make_struct({', '.join(fields)}, {dtype.name}): {dtype.name} has no field "
-            f"{', '.join(unknown)}; its fields: {', '.join(sorted(known))}"
-        )
-    args: list[spec.Expr] = []
-    for name, value in fields.items():
-        args += [spec.Lit(name), _expr_arg(value, f"make_struct({name}=..., {dtype.name})")]
-    return Expr(spec.Call("make_struct", tuple(args), dtype))
+    dtype, args = _struct_fields(type, fields, "make_struct")
+    return Expr(spec.Call("make_struct", args, dtype))
 
 
 def now() -> Expr:
