@@ -100,6 +100,27 @@ def _check(value: Any, t: spec.DType) -> str | None:
     return None
 
 
+def text_of_bytes(values: pd.Series, t: spec.DType) -> pd.Series:
+    """``values`` with each UTF-8 ``bytes`` value decoded where ``t`` is text, as Fennel casts
+    a function's output to its declared string type (``base64.b64encode`` returns bytes).
+    Bytes that are not UTF-8 stay bytes, so the check that follows names them."""
+    core = t.of if isinstance(t, spec.OptionalType) else t
+    if values.dtype != object or not isinstance(core, spec.StringType | spec.RegexType):
+        return values
+    if not any(isinstance(v, bytes) for v in values.tolist()):
+        return values
+    return values.map(_utf8_text)
+
+
+def _utf8_text(value: Any) -> Any:
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
 def misfits(values: pd.Series, t: spec.DType) -> dict[int, str]:
     """Positions of ``values`` a column of type ``t`` cannot hold, and why: what a user
     function returned for an ``assign`` is checked before it is cast, so 1.5 for an int field

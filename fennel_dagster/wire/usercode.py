@@ -272,7 +272,11 @@ def _preamble(fn: Any) -> str:
     helpers = dict.fromkeys((*getattr(fn, "__fennel_includes__", ()), *_SHARED.get()))
     token = _SHARED.set(())  # a helper's own capture ships only its own includes
     try:
+        seen: set[int] = set()
         for helper in helpers:
+            if _is_struct(helper):  # ``@includes(MyStruct)``: the class, as code builds it
+                parts.extend(_struct_binding(helper.__name__, helper, seen))
+                continue
             parts.extend(_captured_values(helper))
             parts.append(capture(helper).source)
     finally:
