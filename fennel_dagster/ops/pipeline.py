@@ -30,7 +30,7 @@ from fennel_dagster.ops.rows import (
     loads,
     to_records,
 )
-from fennel_dagster.ops.schema import misfits, text_of_bytes
+from fennel_dagster.ops.schema import misfits, widened
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 from fennel_dagster.wire.usercode import load
@@ -284,9 +284,9 @@ class PipelineExecutor:
             return pd.DataFrame(columns=names)
         out = out[names].reset_index(drop=True)
         for f in schema:
-            texts = text_of_bytes(out[f.name], f.dtype)
-            if texts is not out[f.name]:
-                out[f.name] = texts
+            column = widened(out[f.name], f.dtype)
+            if column is not out[f.name]:
+                out[f.name] = column
         bad: dict[int, str] = {}
         for f in schema:
             for i, why in misfits(out[f.name], f.dtype).items():
@@ -308,7 +308,7 @@ class PipelineExecutor:
     ) -> tuple[pd.DataFrame, pd.Series]:
         """The rows whose assigned value fits the column's declared type; each other row is
         an error row saying what the function returned."""
-        values = text_of_bytes(values, c.dtype)
+        values = widened(values, c.dtype)
         bad = misfits(values, c.dtype) if len(values) == len(df) else {}
         if not bad:
             return df, values

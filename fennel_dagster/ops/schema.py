@@ -100,16 +100,22 @@ def _check(value: Any, t: spec.DType) -> str | None:
     return None
 
 
-def text_of_bytes(values: pd.Series, t: spec.DType) -> pd.Series:
-    """``values`` with each UTF-8 ``bytes`` value decoded where ``t`` is text, as Fennel casts
-    a function's output to its declared string type (``base64.b64encode`` returns bytes).
-    Bytes that are not UTF-8 stay bytes, so the check that follows names them."""
+def widened(values: pd.Series, t: spec.DType) -> pd.Series:
+    """``values`` as Fennel casts a function's output to its declared type where nothing is
+    lost: UTF-8 ``bytes`` for text (``base64.b64encode`` returns bytes), bools for an int
+    (``df["view_time"] < 5`` for an int field). Anything else is left for the check that
+    follows to name (bytes that are not UTF-8, 1.5 for an int)."""
     core = t.of if isinstance(t, spec.OptionalType) else t
-    if values.dtype != object or not isinstance(core, spec.StringType | spec.RegexType):
+    if isinstance(core, spec.IntType) and values.dtype.kind == "b":
+        return values.astype(np.int64)
+    if values.dtype != object:
         return values
-    if not any(isinstance(v, bytes) for v in values.tolist()):
-        return values
-    return values.map(_utf8_text)
+    if isinstance(core, spec.StringType | spec.RegexType):
+        if any(isinstance(v, bytes) for v in values.tolist()):
+            return values.map(_utf8_text)
+    elif isinstance(core, spec.IntType) and any(isinstance(v, bool) for v in values.tolist()):
+        return values.map(lambda v: int(v) if isinstance(v, bool) else v)
+    return values
 
 
 def _utf8_text(value: Any) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import dis
 import inspect
 import linecache
 import sys
@@ -198,9 +199,65 @@ def _types_in(annotation: Any, scope: Mapping[str, Any], owner: type) -> list[ty
     return [t for arg in getattr(annotation, "__args__", ()) for t in _types_in(arg, scope, owner)]
 
 
-def _closure_binding(name: str, value: Any, owner: str, seen: set[int]) -> list[str]:
+def _attributes_read(code: Any, name: str) -> set[str]:
+    """The attributes ``code`` (nested code too) reads on the variable ``name``
+    (``cls.helper(df)`` reads ``helper`` on ``cls``)."""
+    out: set[str] = set()
+    ins = list(dis.get_instructions(code))
+    for a, b in zip(ins, ins[1:], strict=False):
+        if (
+            a.opname in ("LOAD_DEREF", "LOAD_FAST", "LOAD_GLOBAL", "LOAD_NAME")
+            and a.argval == name
+            and b.opname in ("LOAD_ATTR", "LOAD_METHOD")
+        ):
+            out.add(str(b.argval))
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            out |= _attributes_read(const, name)
+    return out
+
+
+def methods_holder(entity: str) -> str:
+    """The name of the class a dataset's shipped methods are defined in, in a preamble."""
+    return f"__fennel_methods_{entity}"
+
+
+def _dataset_methods(entity: str, cls: type, attrs: set[str], seen: set[int]) -> list[str]:
+    """The dataset's own methods a pipeline's code calls (``cls.doc_helper(df, "Notion")``),
+    shipped in a class of their own that ``load`` hands to ``cls`` (``FieldNames``)."""
+    bodies: list[str] = []
+    lines: list[str] = []
+    wanted = sorted(attrs)
+    while wanted:
+        attr = wanted.pop(0)
+        raw = cls.__dict__.get(attr)
+        fn = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
+        if not inspect.isfunction(fn) or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        try:
+            source = _dedent(inspect.getsource(fn))
+        except (OSError, TypeError) as e:
+            raise UserCodeError(f"cannot read the source of {entity}.{attr}") from e
+        lines.extend(_captured_values(fn, seen))
+        bodies.append(textwrap.indent(source, "    "))
+        if isinstance(raw, classmethod) and fn.__code__.co_varnames:  # what it calls on cls
+            wanted += sorted(_attributes_read(fn.__code__, fn.__code__.co_varnames[0]))
+    if not bodies:
+        return []
+    return [*lines, f"class {methods_holder(entity)}:\n" + "\n".join(bodies)]
+
+
+def _closure_binding(
+    name: str,
+    value: Any,
+    owner: str,
+    seen: set[int],
+    attrs: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[str]:
     """How a value the function reads from an enclosing function is rebuilt where it runs:
-    declarations (and imports) local to a test function are as shippable as module-level ones."""
+    declarations (and imports) local to a test function are as shippable as module-level ones.
+    ``attrs``: what the function reads on it (a dataset's methods among them ship too)."""
     if _is_struct(value):
         return _struct_binding(name, value, seen)
     if inspect.ismodule(value):
@@ -211,7 +268,8 @@ def _closure_binding(name: str, value: Any, owner: str, seen: set[int]) -> list[
     )
     if isinstance(entity, str):
         # a dataset or featureset: the executor seeds a handle under its name
-        return [] if entity == name else [f"{name} = {entity}"]
+        methods = _dataset_methods(entity, value, attrs, seen) if isinstance(value, type) else []
+        return [*methods, *([] if entity == name else [f"{name} = {entity}"])]
     found = _importable(value)
     if found is not None:
         module, qual = found
@@ -234,7 +292,9 @@ def _captured_values(fn: Any, seen: set[int] | None = None) -> list[str]:
             value = cell.cell_contents
         except ValueError:  # an empty cell: a name the enclosing function binds later
             continue
-        lines.extend(_closure_binding(name, value, owner, seen))
+        lines.extend(
+            _closure_binding(name, value, owner, seen, _attributes_read(fn.__code__, name))
+        )
     module_globals = fn.__globals__
     for name in sorted(_referenced_names(fn.__code__)):
         value = module_globals.get(name, _ABSENT)
@@ -299,7 +359,7 @@ def load(code: UserCode, namespace: Mapping[str, Any] | None = None) -> Callable
             bound = _entity_binding(stmt)
             if bound is None:
                 raise
-            env[bound[0]] = FieldNames(bound[1])
+            env[bound[0]] = FieldNames(bound[1], env.get(methods_holder(bound[1])))
     env.update(seeded)
     try:
         if not code.entrypoint:
@@ -317,13 +377,19 @@ class FieldNames:
     """A dataset a shipped function names where no handle of it is seeded (a pipeline's own
     ``cls`` in a helper it defines): its fields by name, as ``str(cls.movie)`` reads them."""
 
-    def __init__(self, dataset: str) -> None:
+    def __init__(self, dataset: str, methods: type | None = None) -> None:
         self.__fennel_dataset_name__ = dataset
+        self.__fennel_methods__ = methods  # the dataset's own methods the code calls
 
-    def __getattr__(self, attr: str) -> str:
+    def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return attr
+        raw = vars(self.__fennel_methods__ or object).get(attr)
+        if isinstance(raw, classmethod):
+            return types.MethodType(raw.__func__, self)  # ``cls`` inside is this handle
+        if isinstance(raw, staticmethod):
+            return raw.__func__
+        return raw if inspect.isfunction(raw) else attr
 
 
 def _entity_binding(stmt: str) -> tuple[str, str] | None:

@@ -115,3 +115,45 @@ def test_a_struct_named_in_includes_ships_with_the_helpers_that_build_it() -> No
     found, ok = client.lookup("Latest", keys=pd.DataFrame({"uid": [1, 2]}))
     assert ok.tolist() == [True, True]
     assert [p.value for p in found["point"]] == [10, 20]
+
+
+@source(WEBHOOK.endpoint("Views"), disorder="1d", cdc="append")
+@dataset
+class Views:
+    uid: int
+    seconds: float
+    ts: datetime
+
+
+@dataset
+class Clicks:
+    uid: int
+    short: int
+    origin: str
+    ts: datetime
+
+    @pipeline
+    @inputs(Views)
+    def clicks(cls, views: Dataset):
+        schema = {"uid": int, "short": int, "origin": str, "ts": datetime}
+        return views.transform(lambda df: cls.label(df, "web"), schema=schema)
+
+    @classmethod
+    def label(cls, df: pd.DataFrame, origin: str) -> pd.DataFrame:
+        df["short"] = df["seconds"] < cls.threshold()  # bools, for an int field
+        df[str(cls.origin)] = origin
+        return df.drop(columns=["seconds"])
+
+    @staticmethod
+    def threshold() -> float:
+        return 5.0
+
+
+def test_a_pipeline_calls_its_datasets_own_methods_and_bools_fill_an_int_field() -> None:
+    client = MockClient()
+    client.commit("v1", datasets=[Views, Clicks])
+    client.log("fennel_webhook", "Views",
+               pd.DataFrame({"uid": [1, 2], "seconds": [3.0, 9.0], "ts": [T0, T0]}))  # fmt: skip
+    rows = client.inspect("Clicks").sort_values("uid")
+    assert rows["short"].tolist() == [1, 0]
+    assert rows["origin"].tolist() == ["web", "web"]
