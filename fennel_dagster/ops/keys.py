@@ -29,7 +29,33 @@ def _plain(v: Any) -> Any:
 
 
 def key_prefix(values: tuple[Any, ...]) -> bytes:
-    return json.dumps([_plain(v) for v in values], separators=(",", ":")).encode() + b"\0"
+    """A struct's fields in name order: one struct value is one key whatever its dict's order."""
+    text = json.dumps([_plain(v) for v in values], separators=(",", ":"), sort_keys=True)
+    return text.encode() + b"\0"
+
+
+class _HashableDict(dict[str, Any]):
+    """A struct value in a group key: equal and hashed by its content, as a key must be."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(key_prefix((self,)))
+
+
+class _HashableList(list[Any]):
+    """A list value in a group key (``List[int]`` keys), likewise."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(key_prefix((self,)))
+
+
+def hashable(value: Any) -> Any:
+    """A JSON-safe key value that can be a dict key and a set member: structs and lists keep
+    their JSON (they are still a dict and a list) and gain a hash by their content."""
+    if isinstance(value, dict):
+        return _HashableDict({k: hashable(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return _HashableList(hashable(v) for v in value)
+    return value
 
 
 def key_prefixes(keys: Sequence[tuple[Any, ...]]) -> list[bytes]:

@@ -157,3 +157,48 @@ def test_a_pipeline_calls_its_datasets_own_methods_and_bools_fill_an_int_field()
     rows = client.inspect("Clicks").sort_values("uid")
     assert rows["short"].tolist() == [1, 0]
     assert rows["origin"].tolist() == ["web", "web"]
+
+
+@struct
+class Movie:
+    movie_id: int
+    title: str
+
+
+@source(WEBHOOK.endpoint("Casting"), disorder="1d", cdc="append")
+@dataset
+class Casting:
+    movie: Movie
+    actor: str
+    ts: datetime
+
+
+@dataset(index=True)
+class CastSize:
+    movie: Movie = field(key=True)
+    actors: int
+    ts: datetime
+
+    @pipeline
+    @inputs(Casting)
+    def size(cls, casting: Dataset):
+        from fennel_dagster.aggregate import Count
+        from fennel_dagster.dtypes import Continuous
+
+        return casting.groupby("movie").aggregate(actors=Count(window=Continuous("forever")))
+
+
+def test_a_struct_valued_key_groups_and_looks_up_by_its_fields_in_any_order() -> None:
+    client = MockClient()
+    client.commit("v1", datasets=[Casting, CastSize])
+    inception = {"movie_id": 101, "title": "Inception"}
+    titanic = {"title": "Titanic", "movie_id": 102}  # another dict order: the same struct
+    client.log("fennel_webhook", "Casting", pd.DataFrame({
+        "movie": [inception, titanic, {"title": "Inception", "movie_id": 101}],
+        "actor": ["Leonardo", "Kate", "Ellen"], "ts": [T0, T0, T0],
+    }))  # fmt: skip
+    keys = pd.DataFrame({"movie": [{"title": "Inception", "movie_id": 101},
+                                   Movie(movie_id=102, title="Titanic")]})  # type: ignore[call-arg]  # fmt: skip
+    found, ok = client.lookup("CastSize", keys=keys)
+    assert ok.tolist() == [True, True]
+    assert found["actors"].tolist() == [2, 1]

@@ -15,7 +15,7 @@ import pandas as pd
 from fennel_dagster.ops.aggregate.codec import bits_of, event_cols, packed, raw_dtype, tag_of
 from fennel_dagster.ops.aggregate.layout import Layout, of_columns
 from fennel_dagster.ops.aggregate.stats import Table, event_stats, stats_from_lists
-from fennel_dagster.ops.keys import entry_key, key_prefix, micros, prefixed, split_entry
+from fennel_dagster.ops.keys import entry_key, hashable, key_prefix, micros, prefixed, split_entry
 from fennel_dagster.ops.rows import content_seq, dumps, json_value, loads
 from fennel_dagster.ops.state import REWRITTEN_SUFFIX, OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
@@ -136,7 +136,7 @@ def key_tuples(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     if cols and all(_plain_ints(c) for c in cols):  # JSON as they are
         return list(zip(*(c.tolist() for c in cols), strict=True))
     rows = df[list(keys)].astype(object).to_numpy().tolist()
-    return [tuple(json_value(v) for v in row) for row in rows]
+    return [tuple(hashable(json_value(v)) for v in row) for row in rows]
 
 
 def key_events(
