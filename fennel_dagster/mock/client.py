@@ -81,6 +81,7 @@ class MockClient:
         self.strict = strict
         self.branch = MAIN_BRANCH
         self._branches: dict[str, dict[str, Any]] = {}
+        self._absent: str | None = None  # a branch checked out that does not exist
         self._fresh()
 
     @property
@@ -107,7 +108,25 @@ class MockClient:
     # branch out; a clone copies both
 
     def _park(self) -> None:
-        self._branches[self.branch] = {a: getattr(self, a) for a in _BRANCH_STATE}
+        if self._absent is None:
+            self._branches[self.branch] = {a: getattr(self, a) for a in _BRANCH_STATE}
+
+    def _enter(self, name: str) -> None:
+        """Check out a parked branch's state (the current one parked first)."""
+        self._park()
+        self.branch = name
+        self._absent = None
+        for a, v in self._branches[name].items():
+            setattr(self, a, v)
+
+    def _existing(self) -> None:
+        """Requests need a branch that exists: ``checkout`` of a missing one only names it,
+        as Fennel's clients (and ours over HTTP) do, and the next request says so."""
+        if self._absent is not None:
+            raise MockError(
+                f"branch {self._absent!r} does not exist: init_branch({self._absent!r}) or "
+                f"checkout({self._absent!r}, init=True) creates it"
+            )
 
     def list_branches(self) -> list[str]:
         self._park()
@@ -117,6 +136,7 @@ class MockClient:
         if name in self.list_branches():
             raise MockError(f"branch {name!r} already exists: checkout({name!r}) to use it")
         self.branch = name
+        self._absent = None
         self._fresh()
         self._park()
         return Done(f"created branch {name!r}")
@@ -130,6 +150,7 @@ class MockClient:
             raise MockError(f"branch {source!r} does not exist (branches: {', '.join(known)})")
         copied = copy.deepcopy(self._branches[source])
         self.branch = name
+        self._absent = None
         for a, v in copied.items():
             setattr(self, a, v)
         self._park()
@@ -138,15 +159,13 @@ class MockClient:
     def checkout(self, name: str, init: bool = False) -> Done:
         known = self.list_branches()
         if name not in known:
-            if not init:
-                raise MockError(
-                    f"branch {name!r} does not exist: init_branch({name!r}) or "
-                    f"checkout({name!r}, init=True) creates it"
-                )
-            return self.init_branch(name)
-        self.branch = name
-        for a, v in self._branches[name].items():
-            setattr(self, a, v)
+            if init:
+                return self.init_branch(name)
+            self.branch = name  # named, not created: the next request says it does not exist
+            self._absent = name
+            self._fresh()
+            return Done(f"checked out branch {name!r}, which does not exist yet")
+        self._enter(name)
         return Done(f"checked out branch {name!r}")
 
     def delete_branch(self, name: str) -> Done:
@@ -157,9 +176,8 @@ class MockClient:
             raise MockError(f"branch {name!r} does not exist (branches: {', '.join(known)})")
         del self._branches[name]
         if self.branch == name:
-            self.branch = MAIN_BRANCH
-            for a, v in self._branches[MAIN_BRANCH].items():
-                setattr(self, a, v)
+            self._absent = name  # not parked again
+            self._enter(MAIN_BRANCH)
         return Done(f"deleted branch {name!r}")
 
     # ------------------------------------------------------------------ Fennel's test hooks
@@ -189,6 +207,7 @@ class MockClient:
         """Validate and apply a commit; a new pipeline processes every row its inputs have
         received so far (as the engine processes its inputs' retained history). The answer
         carries what was committed (``.commit``; with ``preview``, what would be)."""
+        self._existing()
         commit = select_env(
             commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
         )
@@ -258,6 +277,7 @@ class MockClient:
     ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
         ``log(Dataset, df)``."""
+        self._existing()
         if df is None:
             if not isinstance(endpoint, pd.DataFrame):
                 raise MockError(
@@ -267,19 +287,34 @@ class MockClient:
             return self._checked(
                 self._ingest(self._dataset(dataset_name(webhook)), endpoint, from_source=True)
             )
+        # A webhook is the namespace's, not a branch's: its rows reach the datasets of every
+        # branch that sources from it, as the engine's source jobs all read its inbox topic.
+        here = self.branch if self._absent is None else None
+        results: list[LogResult] = []
+        try:
+            names = [b for b in self.list_branches() if b != here]
+            for name in names + ([here] if here is not None else []):
+                self._enter(name)
+                results += self._log_here(str(webhook), endpoint, df)
+        finally:
+            if here is not None:
+                self._enter(here)
+        if not results:
+            raise MockError(
+                f"no committed dataset has a source Webhook(name={webhook!r}).endpoint({endpoint!r})"
+            )
+        return self._checked(LogResult(sum(r.accepted for r in results),
+                                       [b for r in results for b in r.rejected],
+                                       [e for r in results for e in r.errors]))  # fmt: skip
+
+    def _log_here(self, webhook: str, endpoint: str, df: pd.DataFrame) -> list[LogResult]:
+        """Rows logged to a webhook endpoint, into the checked-out branch's datasets."""
         hits = [
             (ds, s) for ds in self.datasets.values() for s in ds.sources
             if s.connector.kind == "webhook" and s.connector.name == webhook
             and dict(s.connector.config).get("endpoint") == endpoint
         ]  # fmt: skip
-        if not hits:
-            raise MockError(
-                f"no committed dataset has a source Webhook(name={webhook!r}).endpoint({endpoint!r})"
-            )
-        results = [self._ingest(ds, df, from_source=True, sources=[src]) for ds, src in hits]
-        return self._checked(LogResult(sum(r.accepted for r in results),
-                                       [b for r in results for b in r.rejected],
-                                       [e for r in results for e in r.errors]))  # fmt: skip
+        return [self._ingest(ds, df, from_source=True, sources=[src]) for ds, src in hits]
 
     def _checked(self, result: LogResult) -> LogResult:
         if self.strict and result.errors:
@@ -353,6 +388,7 @@ class MockClient:
         from the dataset's rows and index now, and rows with those keys logged later are
         dropped on arrival, so they reach neither lookups nor downstream pipelines. Rows that
         already went downstream stay there: erase those datasets too (as in Fennel)."""
+        self._existing()
         ds = self._dataset(dataset_name(dataset))
         where = f"erase({ds.name})"
         if not isinstance(erase_keys, pd.DataFrame):
@@ -417,10 +453,12 @@ class MockClient:
 
     def get_datasets(self) -> list[spec.DatasetSpec]:
         """The checked-out branch's committed datasets (their definitions), in commit order."""
+        self._existing()
         return list(self.datasets.values())
 
     def get_featuresets(self) -> list[spec.FeaturesetSpec]:
         """The checked-out branch's committed featuresets (their definitions)."""
+        self._existing()
         return list(self.featuresets.values())
 
     def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
@@ -430,6 +468,7 @@ class MockClient:
         return df if len(df) <= n else df.iloc[len(df) - n :].reset_index(drop=True)
 
     def get_dataset_df(self, name: DatasetRef) -> pd.DataFrame:
+        self._existing()
         ds = self._dataset(dataset_name(name))
         parts = self._rows.get(ds.name) or []
         if not parts:
@@ -446,6 +485,7 @@ class MockClient:
     ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
         """The dataset's rows for ``keys`` as of ``timestamps`` (default now), and whether
         each key was found; one field asked, its column alone, as Fennel answers."""
+        self._existing()
         keys = keys.reset_index(drop=True)
         name = dataset_name(dataset)
         data, found = self._lookup(name, now_for(keys, timestamps), keys, fields)
@@ -479,6 +519,7 @@ class MockClient:
         sampling_rate: float | None = None,
     ) -> pd.DataFrame:
         """Fennel's ``query(inputs, outputs, input_dataframe=...)``."""
+        self._existing()
         refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
         ins = [feature_name(i) for i in inputs]
@@ -511,6 +552,7 @@ class MockClient:
         """Point-in-time: every row's features as of its own timestamp. Takes this mock's
         ``(inputs, outputs, df, timestamp_column)`` and Fennel's ``(inputs, outputs,
         timestamp_column, input_dataframe=df, feature_to_column_map=...)`` alike."""
+        self._existing()
         if isinstance(input_df, str):  # Fennel's order: the timestamp column third
             input_df, timestamp_column = (
                 timestamp_column if isinstance(timestamp_column, pd.DataFrame) else None,

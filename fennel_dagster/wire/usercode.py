@@ -279,6 +279,9 @@ def _closure_binding(
         helper = capture(value)
         lines = [*_captured_values(value, seen), helper.source]
         return lines if value.__name__ == name else [*lines, f"{name} = {value.__name__}"]
+    if inspect.isfunction(value) and id(value) not in seen:  # a lambda passed in: its expression
+        seen.add(id(value))
+        return [*_captured_values(value, seen), f"{name} = {capture(value).source}"]
     return [_literal(name, value, owner)]
 
 

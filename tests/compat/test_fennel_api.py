@@ -86,7 +86,7 @@ def test_owner_comes_from_the_module_and_meta_overrides_it() -> None:
     assert spec.datasets[0].meta.owner == "compat@example.com"
 
 
-def test_mock_branches_keep_their_own_definitions_and_data() -> None:
+def test_mock_branches_keep_their_own_definitions_and_share_webhook_rows() -> None:
     @source(WEBHOOK.endpoint("B"), disorder="14d", cdc="upsert")
     @dataset(index=True)
     class B:
@@ -103,8 +103,8 @@ def test_mock_branches_keep_their_own_definitions_and_data() -> None:
     assert client.branch == "exp" and sorted(client.list_branches()) == ["exp", "main"]
     keys = pd.DataFrame({"uid": [1]})
     assert client.lookup(B, keys)[0]["v"].tolist() == [2]
-    client.checkout("main")
-    assert client.lookup(B, keys)[0]["v"].tolist() == [1]
+    client.checkout("main")  # a webhook is the namespace's: its rows reach every branch
+    assert client.lookup(B, keys)[0]["v"].tolist() == [2]
     client.init_branch("empty")  # checked out, nothing committed
     with pytest.raises(MockError, match="not committed"):
         client.lookup(B, keys)
@@ -114,8 +114,10 @@ def test_mock_branches_keep_their_own_definitions_and_data() -> None:
         client.delete_branch("main")
     client.delete_branch("empty")
     assert client.branch == "main" and sorted(client.list_branches()) == ["exp", "main"]
-    with pytest.raises(MockError, match="does not exist"):
-        client.checkout("nope")
+    client.checkout("nope")  # named, as Fennel's clients do; the next request says it is missing
+    assert client.branch == "nope" and "nope" not in client.list_branches()
+    with pytest.raises(MockError, match="branch 'nope' does not exist"):
+        client.lookup(B, keys)
     client.checkout("new", init=True)
     assert client.branch == "new"
 
