@@ -21,7 +21,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the PySpark convention
 from pyspark.sql import types as T  # noqa: N812
 
 from fennel_dagster.errors import ExecutionError
-from fennel_dagster.ops.expr import FUNCTIONS
+from fennel_dagster.ops.expr import CALENDAR_UNITS, FUNCTIONS
 from fennel_dagster.wire import spec
 
 
@@ -35,7 +35,7 @@ _UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 8640
 # strftime/strptime codes -> Java DateTimeFormatter letters (the subset both sides agree on)
 _FORMAT = {"%Y": "yyyy", "%m": "MM", "%d": "dd", "%H": "HH", "%M": "mm", "%S": "ss",
            "%f": "SSSSSS", "%j": "DDD", "%b": "MMM", "%B": "MMMM", "%a": "EEE", "%A": "EEEE",
-           "%%": "%"}  # fmt: skip
+           "%z": "xx", "%%": "%"}  # fmt: skip
 
 
 def java_pattern(fmt: str) -> str:
@@ -128,6 +128,20 @@ def _log(s: Column) -> Column:
 
 def _seconds(s: Column) -> Column:
     return F.unix_micros(s) / 1_000_000
+
+
+def _since(a: Column, b: Column, unit: str) -> Column:
+    """``ops.expr._since`` on Spark: floored units, calendar months and years."""
+    if unit not in CALENDAR_UNITS:
+        return F.floor((_seconds(a) - _seconds(b)) / _UNIT[unit])
+    months = (F.year(a) - F.year(b)) * 12 + (F.month(a) - F.month(b))
+    months = months - F.when(_rest_of_month(a) < _rest_of_month(b), 1).otherwise(0)
+    return F.floor(months / CALENDAR_UNITS[unit])
+
+
+def _rest_of_month(s: Column) -> Column:
+    day_us = 86_400_000_000
+    return F.dayofmonth(s).cast("long") * day_us + F.pmod(F.unix_micros(s), F.lit(day_us))
 
 
 def _strptime(s: Column, params: list[Any]) -> Column:
@@ -237,7 +251,7 @@ _UNARY: dict[str, Callable[[Column, list[Any]], Column]] = {
     "dt.minute": lambda s, p: F.minute(_wall(s, p, 0)),
     "dt.second": lambda s, p: F.second(_wall(s, p, 0)),
     "dt.day_of_week": lambda s, p: (F.dayofweek(_wall(s, p, 0)) + 5) % 7,
-    "dt.since_epoch": lambda s, p: F.floor(_seconds(s) / _UNIT[p[0] if p else "second"]),
+    "dt.since_epoch": lambda s, p: _since(s, F.timestamp_micros(F.lit(0)), p[0] if p else "second"),
     "dt.strftime": lambda s, p: F.date_format(_wall(s, p, 1), java_pattern(p[0])),
     "num.abs": lambda s, p: F.abs(s),
     "num.ceil": lambda s, p: F.ceil(s),
@@ -373,7 +387,7 @@ def _call(
         return first.isNull()
     if fn == "dt.since":
         unit = _param(args[2]) if len(args) > 2 else "second"
-        return F.floor((_seconds(first) - _seconds(to_column(args[1], env))) / _UNIT[unit])
+        return _since(first, to_column(args[1], env), unit)
     if fn == "astype":
         if dtype is None:
             raise SparkUnsupported("astype needs a target type")

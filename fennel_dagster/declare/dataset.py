@@ -35,6 +35,7 @@ class Field:
     dataset: str = ""
     dtype: Any = None
     erase_key: bool = False
+    deleted: bool = False  # ``meta(deleted=True)``: refused when the dataset is declared
 
     def __str__(self) -> str:
         return self.name
@@ -50,8 +51,11 @@ class Field:
         deleted: bool = False,
     ) -> Field:
         """Fennel's ``field().meta(description=...)``: the description is kept (a field has no
-        owner or tags of its own here; they are the dataset's)."""
-        return dataclasses.replace(self, description=description or self.description)
+        owner or tags of its own here; they are the dataset's); ``deleted`` is refused by the
+        dataset, as Fennel's are."""
+        return dataclasses.replace(
+            self, description=description or self.description, deleted=deleted or self.deleted
+        )
 
 
 def field(
@@ -113,6 +117,11 @@ def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
         found = decls[n]
         d = found if isinstance(found, Field) else Field()
         dtype = to_dtype(hints[n], f"{name}.{n}")
+        if d.deleted:
+            raise DeclarationError(
+                f"Dataset currently does not support deleted or deprecated fields: {name}.{n} "
+                "has meta(deleted=True); remove the field from the dataset (with a version bump)"
+            )
         if d.erase_key and not d.key:
             raise DeclarationError(
                 f"{name}.{n} has erase_key=True but is not a key field: only keys are erased "

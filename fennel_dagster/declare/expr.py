@@ -424,7 +424,9 @@ class _StructNs(_Ns):
 
 
 _EPOCH_UNITS = ("second", "millisecond", "microsecond")
-_TIME_UNITS = ("week", "day", "hour", "minute", "second", "millisecond", "microsecond")
+_TIME_UNITS = (
+    "year", "month", "week", "day", "hour", "minute", "second", "millisecond", "microsecond",
+)  # fmt: skip
 
 
 def _time_unit(unit: Any, where: str) -> builtins.str:

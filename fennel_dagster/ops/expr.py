@@ -90,11 +90,49 @@ _UNIT = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 8640
          "millisecond": 1e-3, "microsecond": 1e-6}  # fmt: skip
 
 
+def _strptime(s: Series, p: list[Any]) -> Series:
+    """Parsed in the zone named (default UTC), unless the text has its own offset (``%z``)."""
+    parsed = pd.to_datetime(s, format=p[0])
+    if parsed.dt.tz is None:
+        parsed = parsed.dt.tz_localize(p[1] if len(p) > 1 else "UTC")
+    return parsed.dt.tz_convert("UTC")
+
+
 def _since(args: list[Series], params: list[Any]) -> Series:
     a, b = args
     unit = params[0] if params else "second"
+    if unit in CALENDAR_UNITS:
+        return _calendar_since(a, b, CALENDAR_UNITS[unit])
     secs = (a - b).dt.total_seconds() / _UNIT[unit]
     return secs.floordiv(1).astype("Int64")
+
+
+CALENDAR_UNITS = {"month": 1, "year": 12}  # months each: they have no fixed length
+_DAY_US = 86_400_000_000
+
+
+def _calendar_since(a: Series, b: Series, months_each: int) -> Series:
+    """Whole calendar months (or years) from ``b`` to ``a``, floored as the other units are:
+    an age in years is the birthdays passed (Jan 31 to Feb 28 is no month). In UTC."""
+    a, b = _utc(a), _utc(b)
+    months = (a.dt.year - b.dt.year).astype("Int64") * 12 + (a.dt.month - b.dt.month)
+    months = months - (_rest_of_month(a) < _rest_of_month(b)).astype("Int64")
+    return months.floordiv(months_each).astype("Int64")
+
+
+def _utc(s: Series) -> Series:
+    return s.dt.tz_convert("UTC") if s.dt.tz is not None else s
+
+
+def _rest_of_month(s: Series) -> Series:
+    """How far into its month each time is (its day, then its time of day), in µs."""
+    seconds = (s.dt.hour.astype("Int64") * 60 + s.dt.minute) * 60 + s.dt.second
+    return s.dt.day.astype("Int64") * _DAY_US + seconds * 1_000_000 + s.dt.microsecond
+
+
+def _since_epoch(s: Series, params: list[Any]) -> Series:
+    epoch = pd.Series(pd.Timestamp(0, tz="UTC"), index=s.index)
+    return _since([s, epoch], params or ["second"])
 
 
 def _wall(s: Series, p: list[Any], at: int) -> Series:
@@ -157,7 +195,7 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "str.startswith": lambda s, p: _nullable_bool(s.str.startswith(p[0])),
     "str.endswith": lambda s, p: _nullable_bool(s.str.endswith(p[0])),
     "str.split": lambda s, p: s.str.split(p[0], regex=False),
-    "str.strptime": lambda s, p: pd.to_datetime(s, format=p[0]).dt.tz_localize(p[1] if len(p) > 1 else "UTC").dt.tz_convert("UTC"),
+    "str.strptime": lambda s, p: _strptime(s, p),
     "str.json_extract": _elementwise(lambda v, path: _json_path(v, path)),
     "dt.year": lambda s, p: _wall(s, p, 0).dt.year.astype("Int64"),
     "dt.month": lambda s, p: _wall(s, p, 0).dt.month.astype("Int64"),
@@ -166,7 +204,7 @@ _PARAM_FNS: dict[str, Callable[[Series, list[Any]], Series]] = {
     "dt.minute": lambda s, p: _wall(s, p, 0).dt.minute.astype("Int64"),
     "dt.second": lambda s, p: _wall(s, p, 0).dt.second.astype("Int64"),
     "dt.day_of_week": lambda s, p: _wall(s, p, 0).dt.dayofweek.astype("Int64"),
-    "dt.since_epoch": lambda s, p: ((s - pd.Timestamp(0, tz="UTC")).dt.total_seconds() / _UNIT[p[0] if p else "second"]).floordiv(1).astype("Int64"),
+    "dt.since_epoch": _since_epoch,
     "dt.strftime": lambda s, p: _wall(s, p, 1).dt.strftime(p[0]),
     "num.abs": lambda s, p: s.abs(),
     "num.from_epoch": lambda s, p: pd.to_datetime(s.astype("Int64") * round(_UNIT[p[0]] * 1_000_000), unit="us", utc=True),

@@ -454,3 +454,13 @@ def test_exp_decay_sum_gives_the_same_rows_on_spark_as_on_the_engine(spark: Any)
 
     assert len(want) == len(rows)
     assert norm(got_rows) == norm(want)  # the same floats, bit for bit
+
+
+def test_a_field_marked_deleted_is_refused_naming_it_not_silently_kept() -> None:
+    with pytest.raises(DeclarationError, match=r"does not support deleted.*Users\.age"):
+
+        @dataset(index=True)
+        class Users:
+            uid: int = field(key=True)
+            age: int = field().meta(deleted=True)  # type: ignore[attr-defined]
+            ts: datetime

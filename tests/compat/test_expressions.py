@@ -276,3 +276,20 @@ def test_a_bad_lambda_is_refused_when_the_pipeline_is_declared() -> None:
                 return raw.assign(
                     names=col("names").list.filter("n", var("n") % 2 == 0).astype(List[str])
                 )
+
+
+def test_since_counts_calendar_months_and_years_as_birthdays_pass() -> None:
+    times = pd.to_datetime(
+        ["2021-01-01 00:01:00+00:00", "2021-02-02 03:00:00+00:00", "2026-03-03 00:30:00+00:00",
+         "2021-12-31 23:59:00+00:00"], utc=True,
+    )  # fmt: skip
+    df = pd.DataFrame({"a": times})
+    start = lit("2021-01-01 00:01:00+0000").str.strptime("%Y-%m-%d %H:%M:%S%z")
+    schema = {"a": datetime}
+    assert col("a").dt.since(start, "year").eval(df, schema).tolist() == [0, 0, 5, 0]
+    assert col("a").dt.since(start, "month").eval(df, schema).tolist() == [0, 1, 62, 11]
+    assert col("a").dt.since_epoch("year").eval(df, schema).tolist() == [51, 51, 56, 51]
+    back = start.dt.since(col("a"), "month").eval(df, schema).tolist()
+    assert back == [0, -2, -63, -12]  # floored, as every unit is
+    with pytest.raises(InvalidExprException, match="unit must be one of year, month"):
+        col("a").dt.since(start, "decade")
