@@ -257,7 +257,9 @@ def windows(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                     continue
                 for a in node.aggs:
                     w = a.window
-                    if w.kind in ("tumbling", "hopping") and (w.duration or 0) <= 0:
+                    forever = w.kind == "hopping" and w.duration is None  # Hopping("forever")
+                    length = w.stride if forever else w.duration
+                    if w.kind in ("tumbling", "hopping") and (length or 0) <= 0:
                         yield Violation(
                             f"{ds.name}.{p.name}",
                             a.into,

@@ -19,7 +19,10 @@ def bucketize(
     """The last window of ``window`` (``"1h"``: tumbling, ``("1d", "1h")``: a day's window
     every hour, or a ``Tumbling``/``Hopping``) that ended at or before ``timestamp``, in
     whole seconds as Fennel counts them."""
+    if isinstance(window, Hopping) and window.duration is None:
+        raise DeclarationError("bucketize: a Hopping('forever', ...) window has no bucket to name")
     if isinstance(window, Tumbling | Hopping):
+        assert window.duration is not None
         size, stride = window.duration, window.stride
     elif isinstance(window, tuple):
         size, stride = duration(window[0], "bucketize"), duration(window[1], "bucketize stride")

@@ -164,6 +164,11 @@ class Node:
                 f"Session window, not {type(window).__name__}; give a continuous window to "
                 "each aggregation instead"
             )
+        if isinstance(window, Hopping) and window.forever:
+            raise DeclarationError(
+                f"{self._where('groupby')}: window=Hopping('forever', ...) as a key would begin "
+                "at no time; give the aggregations window=Hopping('forever', stride) instead"
+            )
         return GroupBy(self, names, window)
 
     def dedup(self, by: list[str] | str | None = None, window: Window | None = None) -> Node:

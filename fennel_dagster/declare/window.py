@@ -69,10 +69,15 @@ class Tumbling(Window):
 
 
 class Hopping(Window):
+    """``Hopping("forever", "1h")``: everything before each hour's end, emitted hourly."""
+
     def __init__(self, duration: str, stride: str, lookback: str | int = 0) -> None:
-        self.duration = _seconds(duration, f"Hopping({duration!r})")
+        self.forever = str(duration).strip().lower() == "forever"
+        self.duration: int | None = (
+            None if self.forever else _seconds(duration, f"Hopping({duration!r})")
+        )
         self.stride = _seconds(stride, f"Hopping stride {stride!r}")
-        if self.stride > self.duration:
+        if self.duration is not None and self.stride > self.duration:
             raise DeclarationError(
                 f"Hopping({duration!r}, {stride!r}): the stride is longer than the window; "
                 "use a stride <= duration (or Tumbling when they are equal)"

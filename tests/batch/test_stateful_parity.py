@@ -249,6 +249,13 @@ def test_aggregate_windows_with_a_lookback(spark: Any, evs: list[dict[str, Any]]
 
 @given(evs=events_strategy)
 @EXAMPLES
+def test_aggregate_forever_hopping_window(spark: Any, evs: list[dict[str, Any]]) -> None:
+    """``Hopping("forever", stride)``: every event before each stride's end."""
+    _assert_same(spark, [Ev, _aggregate("hopping", "forever", "20m", emit="final")], "Agg", evs)
+
+
+@given(evs=events_strategy)
+@EXAMPLES
 def test_aggregate_session_window(spark: Any, evs: list[dict[str, Any]]) -> None:
     _assert_same(spark, [Ev, _aggregate("session", "15m", emit="final")], "Agg", evs)
 

@@ -122,3 +122,51 @@ def test_aggregations_over_different_discrete_windows_are_refused_by_name() -> N
                     n=Count(window=Tumbling("1h")),
                     total=Sum(of="amount", window=Hopping("1h", "30m")),
                 )
+
+
+@meta(owner=OWNER)
+@dataset(index=True)
+class SoFar:
+    uid: int = field(key=True)
+    n: int
+    total: float
+    ts: datetime
+
+    @pipeline
+    @inputs(Pay)
+    def so_far(cls, pay):
+        return pay.groupby("uid").aggregate(
+            n=Count(window=Hopping("forever", "1h")),
+            total=Sum(of="amount", window=Hopping("forever", "1h")),
+        )
+
+
+def test_a_forever_hopping_window_answers_everything_before_the_last_strides_end() -> None:
+    client = MockClient()
+    client.commit("v1", datasets=[Pay, SoFar])
+    minutes = [0, 10, 130, 300]  # the last one closes the 03:00 stride
+    client.log("hook", "pay", pd.DataFrame({
+        "uid": [1] * 4, "amount": [1.0, 2.0, 4.0, 8.0],
+        "ts": [T0 + timedelta(minutes=m) for m in minutes],
+    }))  # fmt: skip
+    rows = client.get_dataset_df("SoFar")
+    assert rows["n"].tolist() == [2, 3]  # at 01:00 and at 03:00 (no events: no 02:00 row)
+    assert rows["total"].tolist() == [3.0, 7.0]
+    at = pd.Series([T0 + timedelta(hours=2), T0 + timedelta(hours=4)])
+    found, _ = client.lookup("SoFar", keys=pd.DataFrame({"uid": [1, 1]}), timestamps=at)
+    assert found["n"].tolist() == [2, 3]
+    with pytest.raises(DeclarationError, match="Hopping\\('forever', ...\\) as a key"):
+
+        @meta(owner=OWNER)
+        @dataset(index=True)
+        class Keyed:
+            uid: int = field(key=True)
+            n: int
+            ts: datetime
+
+            @pipeline
+            @inputs(Pay)
+            def keyed(cls, pay):
+                return pay.groupby("uid", window=Hopping("forever", "1h")).aggregate(
+                    n=Count(window=Hopping("forever", "1h"))
+                )

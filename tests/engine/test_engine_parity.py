@@ -192,6 +192,7 @@ AGGREGATES = {
     "tumbling": _aggregate("AggTumbling", "tumbling", "1h", emit="final"),
     "hopping": _aggregate("AggHopping", "hopping", "1h", "20m", emit="final"),
     "lookback": _aggregate("AggLookback", "hopping", "1h", "20m", "30m", emit="final"),
+    "hopping forever": _aggregate("AggHoppingForever", "hopping", "forever", "20m", emit="final"),
     "session": _aggregate("AggSession", "session", "15m", emit="final"),
 }
 
@@ -421,6 +422,10 @@ def test_aggregate_hopping_window_on_engine_spark_and_mock(runs: Runs) -> None:
 
 def test_aggregate_windows_with_a_lookback_on_engine_spark_and_mock(runs: Runs) -> None:
     _same(runs, "AggLookback")
+
+
+def test_forever_hopping_windows_on_engine_spark_and_mock(runs: Runs) -> None:
+    _same(runs, "AggHoppingForever")
 
 
 def test_aggregate_session_window_on_engine_spark_and_mock(runs: Runs) -> None:

@@ -6,7 +6,9 @@ end minus one microsecond (inside the window); with a ``lookback``, both that mu
 After a key's last window with events, the next one (empty) is emitted too, with its
 aggregations over nothing (a count of 0): a lookup after a quiet spell answers the window
 that just closed, as Fennel's does, not the last one that held events; later empty windows
-would repeat that row, so none is emitted. Session windows close after more than ``gap`` of
+would repeat that row, so none is emitted. ``Hopping("forever", stride)`` holds every event
+before each stride's end: a key's row is emitted at the end of each stride it had events in.
+Session windows close after more than ``gap`` of
 inactivity measured against the watermark. Events later than an emitted window are counted
 as late and dropped from it; they read all of a key's events (no tiles).
 
@@ -39,7 +41,16 @@ from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
 
+FOREVER_START = -(2**62)  # where a Hopping("forever") window begins: before any event
+
+
+def _forever(w: spec.WindowSpec) -> bool:
+    """``Hopping("forever", stride)``: every event before each stride's end."""
+    return w.kind == "hopping" and w.duration is None
+
+
 def _window_starts(w: spec.WindowSpec, t_us: int) -> list[int]:
+    """The starts of the tumbling or hopping windows holding an event at ``t_us``."""
     size, stride = (w.duration or 0) * US, (w.stride or w.duration or 0) * US
     first = (t_us - size) // stride * stride + stride
     return [
@@ -115,6 +126,8 @@ def _grows(node: spec.AggregateNode) -> bool:
 def _read_from(node: spec.AggregateNode, meta: bytes | None) -> int | None:
     """Where a key's unemitted events start: after the last emitted window's reach."""
     window = _window(node)
+    if _forever(window):
+        return None  # every window holds all of a key's events
     reach = (window.duration or 0) * US if window.kind != "session" else 1
     return None if meta is None else int(meta) - reach
 
@@ -198,7 +211,8 @@ def _close_windows(
         if end + _lookback(window) > mark:
             pending.append(end + _lookback(window))
             continue
-        done_key = key_prefix(key) + str(start).encode()
+        # a window is told by its start; forever windows all start at once: by their end
+        done_key = key_prefix(key) + str(end if _forever(window) else start).encode()
         if reader.get(meta_ns, done_key) is not None:
             continue
         wb.put(meta_ns, done_key, b"1")
@@ -231,13 +245,22 @@ def _first_end(w: spec.WindowSpec, t_us: int) -> int:
     earliest ``gap`` after it; a later event that extends it leaves a later timer)."""
     if w.kind == "session":
         return t_us + _session_reach(w)
-    return min(s + (w.duration or 0) * US for s in _window_starts(w, t_us)) + _lookback(w)
+    return min(end for _, end in _spans_of(w, t_us)) + _lookback(w)
 
 
 def _closed_before(w: spec.WindowSpec, t_us: int, mark: int) -> bool:
     if w.kind == "session":
         return False  # a late event can always open or extend a session of its own
-    return all(s + (w.duration or 0) * US + _lookback(w) <= mark for s in _window_starts(w, t_us))
+    return all(end + _lookback(w) <= mark for _, end in _spans_of(w, t_us))
+
+
+def _spans_of(w: spec.WindowSpec, t_us: int) -> list[tuple[int, int]]:
+    """(start, end) of the tumbling or hopping windows holding an event at ``t_us`` (a
+    forever window: the one ending first; later ones add nothing but later events)."""
+    if _forever(w):
+        stride = (w.stride or 0) * US
+        return [(FOREVER_START, t_us // stride * stride + stride)]
+    return [(s, s + (w.duration or 0) * US) for s in _window_starts(w, t_us)]
 
 
 def _lookback(w: spec.WindowSpec) -> int:
@@ -256,8 +279,9 @@ def _closes_empty(node: spec.AggregateNode) -> bool:
     """Whether a key's first window without events after windows with some is emitted too
     (its aggregations over nothing: a count of 0), as Fennel answers a tumbling or hopping
     aggregation whose last window held none. Not for windows as keys: each row is a window
-    that held events."""
-    return node.window is None and _window(node).kind != "session"
+    that held events; not for a forever window, whose next one holds them all again."""
+    w = _window(node)
+    return node.window is None and w.kind != "session" and not _forever(w)
 
 
 def _windows(
@@ -274,8 +298,8 @@ def _windows(
             else:
                 out.append((s, s + gap))
         return out
-    size, stride = (w.duration or 0) * US, (w.stride or w.duration or 0) * US
-    spans = {(s, s + size) for t in stamps for s in _window_starts(w, t)}
+    stride = (w.stride or w.duration or 0) * US
+    spans = {span for t in stamps for span in _spans_of(w, t)}
     if empty_after:
         spans |= {(s + stride, e + stride) for s, e in spans}
     return sorted(spans)
