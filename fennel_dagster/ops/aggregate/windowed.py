@@ -40,7 +40,6 @@ from fennel_dagster.ops.keys import key_prefix, micros
 from fennel_dagster.ops.state import OverlayReader, StateReader, WriteBatch
 from fennel_dagster.wire import spec
 
-
 FOREVER_START = -(2**62)  # where a Hopping("forever") window begins: before any event
 
 
