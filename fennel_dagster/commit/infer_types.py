@@ -8,7 +8,7 @@ ill-typed expression is rejected at commit instead of failing on the first rows 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
 
 from fennel_dagster.declare.dtypes import render
@@ -221,7 +221,7 @@ def _make_struct_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DT
     st = e.dtype
     if not isinstance(st, spec.StructType):
         raise TypeErrorInExpr(f"{show(e)} has no struct type", "pass a @struct class")
-    given = set()
+    given: set[str] = set()
     for n, v in zip(e.args[::2], e.args[1::2], strict=True):
         name = n.value if isinstance(n, spec.Lit) else None
         t = type_of(v, schema)
@@ -230,16 +230,30 @@ def _make_struct_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DT
             raise TypeErrorInExpr(f"{show(e)}: {st.name} has no field {name}",
                                   f"give only fields of {st.name}")  # fmt: skip
         optional = isinstance(field.dtype, spec.OptionalType)
-        if not (_like(t, field.dtype) and (optional or not isinstance(t, spec.OptionalType))):
+        if not _holds(field.dtype, t):
             raise TypeErrorInExpr(f"{show(e)} fills {st.name}.{name} ({render(field.dtype)}) with a {render(t)}",
                                   f"give {name} a {render(field.dtype)}"
                                   + ("" if optional else " (fillnull a nullable value first)"))  # fmt: skip
-        given.add(name)
-    missing = [f.name for f in st.fields if f.name not in given and not isinstance(f.dtype, spec.OptionalType)]  # fmt: skip
+        given.add(field.name)
+    _all_required(e, st, given, "a value")
+    return st
+
+
+def _holds(field: spec.DType, t: spec.DType) -> bool:
+    """Whether a struct field of type ``field`` takes values of type ``t`` (a nullable one
+    only if the field is Optional)."""
+    optional = isinstance(field, spec.OptionalType)
+    return _like(t, field) and (optional or not isinstance(t, spec.OptionalType))
+
+
+def _all_required(e: spec.Call, st: spec.StructType, given: Iterable[str], what: str) -> None:
+    """Refuses a struct built without a value for each of its non-Optional fields."""
+    named = set(given)
+    missing = [f.name for f in st.fields
+               if f.name not in named and not isinstance(f.dtype, spec.OptionalType)]  # fmt: skip
     if missing:
         raise TypeErrorInExpr(f"{show(e)} leaves out {', '.join(missing)}",
-                              f"give every non-Optional field of {st.name} a value")  # fmt: skip
-    return st
+                              f"give every non-Optional field of {st.name} {what}")  # fmt: skip
 
 
 def _zip_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:
@@ -257,15 +271,11 @@ def _zip_type(e: spec.Call, schema: Mapping[str, spec.DType]) -> spec.DType:
         if field is None or not isinstance(core, spec.ListType):
             raise TypeErrorInExpr(f"{show(e)} gives {name}={render(t)}, not a list of a {st.name} field",
                                   f"give each field of {st.name} a list of its type")  # fmt: skip
-        if not (_like(core.of, field.dtype) and (isinstance(field.dtype, spec.OptionalType)
-                                                 or not isinstance(core.of, spec.OptionalType))):  # fmt: skip
+        if not _holds(field.dtype, core.of):
             raise TypeErrorInExpr(f"{show(e)} fills {st.name}.{name} ({render(field.dtype)}) from a {render(t)}",
                                   f"give {name} a list of {render(field.dtype)}")  # fmt: skip
         given[str(name)] = t
-    missing = [f.name for f in st.fields if f.name not in given and not isinstance(f.dtype, spec.OptionalType)]  # fmt: skip
-    if missing:
-        raise TypeErrorInExpr(f"{show(e)} leaves out {', '.join(missing)}",
-                              f"give every non-Optional field of {st.name} a list")  # fmt: skip
+    _all_required(e, st, given, "a list")
     return _wrap(spec.ListType(st), *given.values())
 
 

@@ -24,6 +24,7 @@ import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -222,7 +223,7 @@ def methods_holder(entity: str) -> str:
     return f"__fennel_methods_{entity}"
 
 
-def _dataset_methods(entity: str, cls: type, attrs: set[str], seen: set[int]) -> list[str]:
+def _dataset_methods(entity: str, cls: type, attrs: AbstractSet[str], seen: set[int]) -> list[str]:
     """The dataset's own methods a pipeline's code calls (``cls.doc_helper(df, "Notion")``),
     shipped in a class of their own that ``load`` hands to ``cls`` (``FieldNames``)."""
     bodies: list[str] = []
@@ -253,7 +254,7 @@ def _closure_binding(
     value: Any,
     owner: str,
     seen: set[int],
-    attrs: set[str] = frozenset(),  # type: ignore[assignment]
+    attrs: AbstractSet[str] = frozenset(),
 ) -> list[str]:
     """How a value the function reads from an enclosing function is rebuilt where it runs:
     declarations (and imports) local to a test function are as shippable as module-level ones.

@@ -206,9 +206,10 @@ def _close_windows(
     rows = []
     upto = None if raw_upto is None else int(raw_upto)
     pending = []
+    lookback = _lookback(window)
     for start, end in _windows(window, [s for s, _ in events], _closes_empty(node)):
-        if end + _lookback(window) > mark:
-            pending.append(end + _lookback(window))
+        if end + lookback > mark:
+            pending.append(end + lookback)
             continue
         # a window is told by its start; forever windows all start at once: by their end
         done_key = key_prefix(key) + str(end if _forever(window) else start).encode()
