@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     # each job at most (sharing.py); 1 gives each its own process; None: about two stream
     # processes a core, one a partition when the engine owns no more than that
     engine_streams_per_process: int | None = Field(default=None, ge=1)
+    # run a source partition and the same partition of a pipeline that streams its dataset as
+    # one chain (one thread, one transaction a batch: engine/chaining.py) where the engine
+    # owns both; False runs every partition alone
+    engine_fuse_sources: bool = True
     offline_flush_s: float = 2.0  # offline writers: a Delta commit at most this often per table
     spark_master: str = "local[*]"
     spark_jars_dir: Path | None = None  # default: home/jars/spark

@@ -10,7 +10,7 @@ next runner's fencing); a crash after it is repaired by replaying the marker (``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -20,7 +20,7 @@ from fennel_dagster.engine.error_records import encode_error
 from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
-from fennel_dagster.engine.kafka_clients import FENCED_CODES
+from fennel_dagster.engine.kafka_clients import FENCED_CODES, in_message
 from fennel_dagster.engine.messages import InMessage, Iteration, newest
 from fennel_dagster.ops.state import OverlayReader, WriteBatch
 
@@ -49,7 +49,13 @@ class Checkpoint:
         error_topic: str | None,
         replaylog: str | None,
         txn_id: str,
+        tracked: tuple[str, int] | None = None,
     ) -> None:
+        """``tracked``: a topic partition whose records' offsets are wanted once they are
+        delivered (``delivered``: a chain hands them to its pipeline, ``engine.chain``)."""
+        self.tracked = tracked
+        self.delivered: list[InMessage] = []
+        self._delivery_error: KafkaError | None = None
         self.producer = producer
         self.consumer = consumer
         self.hangar = hangar
@@ -65,24 +71,19 @@ class Checkpoint:
     @contextmanager
     def transaction(self) -> Iterator[Checkpoint]:
         """Begin; on leaving the block, produce the marker and offsets and commit."""
-        try:
-            self.producer.begin_transaction()
+        with committing(self.producer, self.txn_id, self.seal):
             yield self
-            self._commit()
-        except KafkaException as e:
-            cause = e.args[0] if e.args else None
-            if isinstance(cause, KafkaError) and (cause.fatal() or cause.code() in FENCED_CODES):
-                raise Fenced(f"{self.txn_id}: fenced by a newer runner ({cause})") from e
-            if isinstance(cause, KafkaError) and cause.txn_requires_abort():
-                self.producer.abort_transaction(30)
-            raise
 
     def stage(self, group: list[InMessage], it: Iteration) -> None:
         """One input topic-partition's messages and what the job made of them."""
         if it.writes is not None:
             self.pending.update(it.writes)
         for rec in it.outputs:
-            self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition)
+            if (rec.topic, rec.partition) == self.tracked:
+                self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition,
+                                      on_delivery=self._on_tracked)  # fmt: skip
+            else:
+                self.producer.produce(rec.topic, rec.value, rec.key, partition=rec.partition)
             self.counts.by_topic[rec.topic] = self.counts.by_topic.get(rec.topic, 0) + rec.rows
         if it.errors and self.error_topic:
             for err in it.errors:
@@ -95,7 +96,15 @@ class Checkpoint:
         self.counts.ranges.append((first.topic, first.partition, first.offset, last.offset))
         self.producer.poll(0)
 
-    def _commit(self) -> None:
+    def delivered_in_order(self) -> list[InMessage]:
+        """The tracked records, delivered (the producer flushed), in offset order."""
+        self.producer.flush(60)
+        if self._delivery_error is not None:
+            raise KafkaException(self._delivery_error)
+        return sorted(self.delivered, key=lambda m: m.offset)
+
+    def seal(self) -> None:
+        """Into the open transaction: the replaylog marker and the consumed offsets."""
         ranges = self.counts.ranges
         if self.replaylog is not None:
             marker = {"p": self.partition, "ranges": [list(r) for r in ranges]}
@@ -105,7 +114,6 @@ class Checkpoint:
         offsets = [TopicPartition(t, p, b + 1) for t, p, _, b in ranges]
         metadata = self.consumer.consumer_group_metadata()
         self.producer.send_offsets_to_transaction(offsets, metadata, 30)
-        self.producer.commit_transaction(60)
 
     def apply(self) -> None:
         """After the commit: the state mutations with the offsets they reflect, at once."""
@@ -117,3 +125,27 @@ class Checkpoint:
     def _on_marker(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             self._marker_offset = msg.offset()
+
+    def _on_tracked(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._delivery_error = err
+        else:
+            self.delivered.append(in_message(msg))
+
+
+@contextmanager
+def committing(producer: Producer, txn_id: str, seal: Callable[[], None]) -> Iterator[None]:
+    """One Kafka transaction around the block: begun, then ``seal`` (markers, offsets) and
+    committed; a fencing becomes ``Fenced``, an abortable error aborts and is raised."""
+    try:
+        producer.begin_transaction()
+        yield
+        seal()
+        producer.commit_transaction(60)
+    except KafkaException as e:
+        cause = e.args[0] if e.args else None
+        if isinstance(cause, KafkaError) and (cause.fatal() or cause.code() in FENCED_CODES):
+            raise Fenced(f"{txn_id}: fenced by a newer runner ({cause})") from e
+        if isinstance(cause, KafkaError) and cause.txn_requires_abort():
+            producer.abort_transaction(30)
+        raise

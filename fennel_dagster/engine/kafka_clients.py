@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from fennel_dagster.engine.failures import RecoveryError
+from fennel_dagster.engine.failures import Fenced, RecoveryError
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.settings import Settings
 
@@ -58,6 +58,20 @@ def transactional_producer(settings: Settings, txn_id: str) -> Producer:
             "message.max.bytes": 10_000_000,
         }
     )
+
+
+def fence(settings: Settings, txn_ids: list[str]) -> None:
+    """Fence whatever runner last held each transactional id: ``init_transactions`` bumps the
+    id's epoch and aborts its open transaction; the producer is then let go unused."""
+    for txn_id in txn_ids:
+        producer = transactional_producer(settings, txn_id)
+        try:
+            producer.init_transactions(60)
+        except KafkaException as e:
+            raise Fenced(f"{txn_id}: could not fence it: {e}") from e
+        finally:
+            producer.flush(0)
+            del producer
 
 
 def topic_partitions(

@@ -32,6 +32,7 @@ class RunnerMetrics:
     lag: Gauge
     snapshot_bytes: Counter
     snapshot_seconds: Histogram
+    handed: Counter
 
 
 _made: RunnerMetrics | None = None
@@ -65,6 +66,9 @@ def runner_metrics() -> RunnerMetrics:
                 Histogram("fennel_engine_snapshot_seconds",
                           "One snapshot's upload and prune, in its background thread", ["job"],
                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)),
+                Counter("fennel_engine_handed_messages",
+                        "Input messages a chain handed its pipeline in memory (engine.chain)",
+                        labels),
             )  # fmt: skip
         return _made
 

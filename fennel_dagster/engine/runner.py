@@ -33,7 +33,7 @@ from tenacity import (
 from fennel_dagster.batch.pg_ingest import PostgresPoller
 from fennel_dagster.batch.s3_ingest import S3Poller
 from fennel_dagster.batch.spark import spark_session
-from fennel_dagster.engine import kafka_clients
+from fennel_dagster.engine import chaining, kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
 from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
 from fennel_dagster.engine.hangar import Hangar
@@ -137,6 +137,9 @@ class Runner:
         self.snapshot_done = self.snapshotter.done
         self.snapshot_on_stop = True  # graceful stops leave a fresh snapshot for the next owner
         self.keep_state: Callable[[], bool] = lambda: True  # False: the job is being deleted
+        # transactional ids of chains this partition may have run in (``chaining``), fenced
+        # before it runs alone
+        self.fences: list[str] = []
         self._unreported = Progress()  # what the next heartbeat reports (stream_stats)
         # the dataset's topic, whose rows are reported (an index job writes none)
         self._output = "" if isinstance(self.spec, plan.IndexJobSpec) else self.spec.output_topic
@@ -154,16 +157,14 @@ class Runner:
             producer.init_transactions(60)  # fences any older runner of this partition
         except KafkaException as e:
             raise Fenced(f"{self.txn_id}: init_transactions failed: {e}") from e
+        kafka_clients.fence(self.settings, self.fences)  # and any chain it ran in
         hangar, self.stats.restored_snapshot = open_state(
             self.store, self.path, self.job.name, self.partition, RocksTuning.of(self.settings)
         )
         consumer = kafka_clients.consumer(self.settings, self.group)
         try:
-            consumer.assign(self._recover(hangar, consumer))
-            log.info("runner %s p%d started (recovery %.2fs, %s, replayed %d batches)",
-                     self.job.name, self.partition, self.stats.recovery_s,
-                     f"restored {self.stats.restored_snapshot}" if self.stats.restored_snapshot
-                     else "local state", self.stats.replayed_batches)  # fmt: skip
+            consumer.assign(self.recover(hangar, consumer))
+            self.log_started()
             self._loop(stop, heartbeat, producer, consumer, hangar)
             self.snapshotter.join()
             if self.snapshot_on_stop and self.keep_state():
@@ -174,10 +175,16 @@ class Runner:
             hangar.close()
         return self.stats
 
-    def _recover(self, hangar: Hangar, consumer: Consumer) -> list[Any]:
+    def log_started(self, how: str = "") -> None:
+        log.info("runner %s p%d started%s (recovery %.2fs, %s, replayed %d batches)",
+                 self.job.name, self.partition, how, self.stats.recovery_s,
+                 f"restored {self.stats.restored_snapshot}" if self.stats.restored_snapshot
+                 else "local state", self.stats.replayed_batches)  # fmt: skip
+
+    def recover(self, hangar: Hangar, consumer: Consumer) -> list[Any]:
         t0 = time.monotonic()
         recovery = Recovery(
-            self.settings, self.job.name, self.partition, self.spec.replaylog, self._process
+            self.settings, self.job.name, self.partition, self.spec.replaylog, self.process
         )
         starts = recovery.run(hangar, consumer, self.logic.input_partitions(self.partition))
         self.stats.replayed_batches += recovery.replayed.batches
@@ -199,7 +206,7 @@ class Runner:
         while not stop.is_set():
             now = time.monotonic()
             if heartbeat is not None and now - last_beat > 2.0:
-                self._measure_lag(consumer)
+                self.measure_lag(consumer)
                 heartbeat()
                 last_beat = now
             # The batch starts with its first message and fills for ``linger`` at most (a
@@ -232,21 +239,25 @@ class Runner:
                         job.replaylog, self.txn_id)  # fmt: skip
         with cp.transaction():
             for group in groups.values():
-                cp.stage(group, self._process(group, cp.reader))
+                cp.stage(group, self.process(group, cp.reader))
         cp.apply()
+        self.account(cp, len(msgs), started)
+
+    def account(self, cp: Checkpoint, n_messages: int, started: float) -> None:
+        """A committed batch of ``n_messages`` in the stats, metrics and the next heartbeat."""
         self.snapshotter.dirty = True
         self.stats.outputs += cp.counts.outputs
         self.stats.errors += cp.counts.errors
         self.stats.late += cp.counts.late
         self.stats.batches += 1
-        self.stats.messages += len(msgs)
+        self.stats.messages += n_messages
         metrics, part = self.metrics, str(self.partition)
-        metrics.messages.labels(self.job.name, part).inc(len(msgs))
+        metrics.messages.labels(self.job.name, part).inc(n_messages)
         metrics.outputs.labels(self.job.name, part).inc(cp.counts.outputs)
         metrics.errors.labels(self.job.name, part).inc(cp.counts.errors)
         metrics.batch_seconds.labels(self.job.name).observe(time.monotonic() - started)
         u = self._unreported
-        self._unreported = replace(u, messages=u.messages + len(msgs),
+        self._unreported = replace(u, messages=u.messages + n_messages,
                                    rows_out=u.rows_out + cp.counts.by_topic.get(self._output, 0),
                                    bad_rows=u.bad_rows + cp.counts.errors,
                                    newest_event_us=newest(u.newest_event_us,
@@ -257,13 +268,13 @@ class Runner:
         out, self._unreported = self._unreported, Progress(lag=self._unreported.lag)
         return out
 
-    def _measure_lag(self, consumer: Consumer) -> None:
+    def measure_lag(self, consumer: Consumer) -> None:
         behind = kafka_clients.lag(consumer)
         if behind is not None:
             self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
             self._unreported = replace(self._unreported, lag=behind)
 
-    def _process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
+    def process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
         name, ds = self.job.name, self.job.spec.dataset.name
         return process_isolating(self.logic.process, msgs, reader,
                                  lambda m, e: poison_record(name, ds, m, e),
@@ -336,8 +347,12 @@ def run_forever(
     owner: str,
     stop: threading.Event | None = None,
     home: str | None = None,
+    partner: JobRow | None = None,
 ) -> str | None:
     """A runner with its heartbeat in Postgres, until ``stop`` or the job leaves the registry.
+    With ``partner`` (a pipeline ``chaining`` fuses with the source ``job``), the two run as a
+    chain (``engine.chain``), each beating, until either leaves; a chain that fails for good
+    records nothing and returns the reason (its jobs then run alone, each saying for itself).
 
     Transient failures (Kafka, Postgres, S3, a missing topic) are retried with exponential
     backoff; the runner recovers from durable state each time. Any other failure repeated
@@ -348,24 +363,30 @@ def run_forever(
     owner when it is not the lease owner (Dagster runs: one per host, not one per run).
     """
     stop = stop or threading.Event()
-    removed = threading.Event()  # the job left the registry: its prefixes are being destroyed
+    jobs = [job] if partner is None else [job, partner]
+    # a job that left the registry: its prefixes are being destroyed
+    removed = {j.hash: threading.Event() for j in jobs}
 
-    live: list[Runner] = []  # the stream runner of this attempt, whose progress beats report
+    live: list[Runner] = []  # the stream runners of this attempt, whose progress beats report
 
     def once() -> None:
         live.clear()
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
 
             def beat(progress: bool = True) -> None:
-                with conn.pipeline():  # one round trip for the three statements
-                    registry.heartbeat_runner(conn, job.hash, partition, owner, os.getpid())
-                    if live and progress:  # the loop's own: its counters, from its thread
-                        stream_stats.report(conn, job.hash, partition, live[0].take_progress())
-                    exists = registry.job_exists(conn, job.hash)
-                if not exists:
-                    log.info("%s.p%d: job removed from the registry; stopping", job.name, partition)
-                    removed.set()
-                    stop.set()
+                with conn.pipeline():  # one round trip for the statements
+                    for j in jobs:
+                        registry.heartbeat_runner(conn, j.hash, partition, owner, os.getpid())
+                    if progress:  # the loop's own: its counters, from its thread
+                        for r in live:
+                            stream_stats.report(conn, r.job.hash, partition, r.take_progress())
+                    exists = [registry.job_exists(conn, j.hash) for j in jobs]
+                for j, there in zip(jobs, exists, strict=True):
+                    if not there:
+                        log.info("%s.p%d: job removed from the registry; stopping", j.name,
+                                 partition)  # fmt: skip
+                        removed[j.hash].set()
+                        stop.set()
 
             beat()
             with beating_beside_loop(beat, lambda: beat(progress=False)) as loop_beat:
@@ -381,13 +402,23 @@ def run_forever(
                 elif isinstance(job.spec, plan.PostgresIngestJobSpec):
                     spark = spark_session(settings, app=job.name)
                     PostgresPoller(settings, job.spec, spark).run(stop, loop_beat)
+                elif partner is not None:
+                    from fennel_dagster.engine.chain import ChainRunner  # it builds on Runner
+
+                    chain = ChainRunner(settings, job, partner, partition, owner, stop)
+                    live[:] = list(chain.runners)
+                    for r in live:  # no snapshot into a deleted prefix
+                        r.keep_state = _not(removed[r.job.hash])
+                    chain.run(stop, loop_beat)
                 else:
                     state_dir = state_path(settings, home, job.name, partition) if home else None
                     runner = Runner(settings, job, partition, owner, state_dir, stop)
                     live[:] = [runner]
-                    runner.keep_state = lambda: (
-                        not removed.is_set()
-                    )  # no snapshot into a deleted prefix
+                    runner.keep_state = _not(removed[job.hash])  # no snapshot into a deleted prefix
+                    if job.kind in ("source", "pipeline"):
+                        runner.fences = chaining.fenced_chains(
+                            job, partition, registry.list_jobs(conn)
+                        )
                     runner.run(stop, loop_beat)
 
     watch = RestartWatch(f"job {job.name} partition {partition}")
@@ -432,11 +463,19 @@ def run_forever(
     except Fenced:
         log.warning("%s.p%d: fenced; stopping", job.name, partition)
     except PermanentJobError as e:
+        if partner is not None:  # which of the two: each says for itself when run alone
+            log.error("chain of %s.p%d and %s: stopped (%s); they run alone from now on",
+                      job.name, partition, partner.name, e)  # fmt: skip
+            return str(e)
         log.error("%s.p%d: stopped for good: %s", job.name, partition, e)
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
             registry.record_failure(conn, job.hash, partition, owner, str(e))
         return str(e)
     return None
+
+
+def _not(event: threading.Event) -> Callable[[], bool]:
+    return lambda: not event.is_set()
 
 
 def _retryable(e: BaseException) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
-from fennel_dagster.engine import metrics, sharing
+from fennel_dagster.engine import chaining, metrics, sharing
 from fennel_dagster.engine.forking import become_runner, runner_context, start_server
 from fennel_dagster.engine.lookup_server import Followers, serve
 from fennel_dagster.engine.outage import Outage
@@ -56,6 +56,7 @@ def _runner_main(
     metrics_dir: str = "",
     environ: dict[str, str] | None = None,
     control: Connection | None = None,
+    chained: list[tuple[Key, Key]] | None = None,
 ) -> None:
     become_runner(parent, environ)
     if metrics_dir:
@@ -70,7 +71,8 @@ def _runner_main(
     if len(jobs) == 1:
         run_forever(settings, *jobs[0], owner, stop)
     else:
-        sharing.run_together(settings, jobs, owner, stop, control)
+        pairs = [((s[0], s[1]), (p[0], p[1])) for s, p in chained or []]
+        sharing.run_together(settings, jobs, owner, stop, control, pairs)
 
 
 @dataclass
@@ -82,6 +84,7 @@ class _Running:
     restarts: int = 0
     group: Group = ()  # the partitions its process runs (this one among them)
     control: Connection | None = None  # a shared process's pipe (sharing.run_together)
+    chained: tuple[tuple[Key, Key], ...] = ()  # the (source, pipeline) chains of its process
 
 
 @dataclass
@@ -93,6 +96,10 @@ class Supervisor:
     skipped: dict[str, str] = field(default_factory=dict)
     # shared processes whose members all left or ended: joined once they exit
     _retired: list[BaseProcess] = field(default_factory=list)
+    # pipeline partition -> the source partition it runs chained with (``chaining``)
+    chains: dict[Key, Key] = field(default_factory=dict)
+    # source partitions whose chain ended on its own: they run alone from then on
+    unchained: set[Key] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._ctx = runner_context()
@@ -156,13 +163,20 @@ class Supervisor:
         if self.engine_id not in engines:
             engines.append(self.engine_id)
         failed = set(registry.failures(self._conn))
-        want = self.owned(registry.list_jobs(self._conn), engines, failed)
-        streams = sharing.streams_per_process(
-            self.settings.engine_streams_per_process, want, len(os.sched_getaffinity(0))
-        )
+        jobs = registry.list_jobs(self._conn)
+        want = self.owned(jobs, engines, failed)
         self._hear_ended()
+        self.chains = (
+            {p: s for p, s in chaining.chains(want, jobs).items() if s not in self.unchained}
+            if self.settings.engine_fuse_sources
+            else {}
+        )
+        streams = sharing.streams_per_process(
+            self.settings.engine_streams_per_process, want, len(os.sched_getaffinity(0)),
+            len(self.chains),
+        )  # fmt: skip
         groups = sharing.plan_groups(
-            want, self.groups(), self.settings.engine_writers_per_process, streams
+            want, self.groups(), self.settings.engine_writers_per_process, streams, self.chains
         )
         keep = set(groups)
         gone = []
@@ -211,6 +225,7 @@ class Supervisor:
             if ended:
                 log.info("engine %s: %s ended on its own", self.engine_id,
                          ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in ended))  # fmt: skip
+                self.unchained |= {s for s, p in run.chained if s in ended or p in ended}
                 self._leave(group, ended)
 
     def _release(self, group: Group, rest: Group) -> None:
@@ -252,6 +267,7 @@ class Supervisor:
 
     def _start(self, group: Group, want: dict[Key, JobRow], restarts: int = 0) -> None:
         first = want[group[0]]
+        chained = tuple(sharing.chained_in(group, self.chains))
         control, theirs = self._ctx.Pipe() if len(group) > 1 else (None, None)
         proc = self._ctx.Process(
             target=_runner_main,
@@ -263,6 +279,7 @@ class Supervisor:
                 str(self.metrics_dir),
                 dict(os.environ),
                 theirs,
+                [list(pair) for pair in chained],
             ),  # fmt: skip
             name=f"runner-{first.name}-p{group[0][1]}"
             + (f"-and-{len(group) - 1}" if len(group) > 1 else ""),
@@ -273,8 +290,10 @@ class Supervisor:
             theirs.close()  # the child's end, now in the child
         now = time.monotonic()
         for k in group:
-            self.runners[k] = _Running(want[k], k[1], proc, now, restarts, group, control)
-        log.info("engine %s: started %s (pid %s)", self.engine_id, self._names(group), proc.pid)
+            self.runners[k] = _Running(want[k], k[1], proc, now, restarts, group, control, chained)
+        log.info("engine %s: started %s (pid %s)%s", self.engine_id, self._names(group), proc.pid,
+                 "".join(f"; {self.runners[s].job.name} p{s[1]} chained with "
+                         f"{self.runners[p].job.name}" for s, p in chained))  # fmt: skip
 
     def _signal_stop(self, group: Group) -> None:
         run = self.runners[group[0]]

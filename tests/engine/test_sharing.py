@@ -88,7 +88,10 @@ def test_a_member_that_fails_stops_the_others_and_the_failure_is_raised(
 ) -> None:
     ran: list[str] = []
 
-    def fake(settings: Any, job: Any, partition: int, owner: str, stop: threading.Event) -> None:
+    def fake(
+        settings: Any, job: Any, partition: int, owner: str, stop: threading.Event,
+        partner: Any = None,
+    ) -> None:  # fmt: skip
         if job.kind == "fails":
             time.sleep(0.2)
             raise RuntimeError("boom")
@@ -115,7 +118,10 @@ def test_members_leave_or_end_alone_and_the_supervisor_hears_of_it(
 ) -> None:
     ran: list[tuple[str, int]] = []
 
-    def fake(settings: Any, job: Any, partition: int, owner: str, stop: threading.Event) -> None:
+    def fake(
+        settings: Any, job: Any, partition: int, owner: str, stop: threading.Event,
+        partner: Any = None,
+    ) -> None:  # fmt: skip
         if job.kind == "ends":  # removed or fenced: run_forever returns
             time.sleep(0.2)
             return
