@@ -141,6 +141,8 @@ class ChainRunner:
             if heartbeat is not None and now - last_beat > 2.0:
                 self.up.measure_lag(up_c)
                 self.down.measure_lag(down_c)
+                if self.handing and self._link_grew(down_c):
+                    self._read_link_again(down_c)
                 heartbeat()
                 last_beat = now
             # A pipeline a few messages behind the link takes the rest before the source
@@ -154,6 +156,8 @@ class ChainRunner:
             down = self._usable(down_c.consume(most, IDLE_POLL_S if waits else 0))
             if not self.handing and self._caught_up(down):
                 self.handing = True  # from the next batch of the source on
+                if self.link_last is None:  # read to its end: all below it taken or markers
+                    self.link_read = max(self.link_read, self.eof_at - 1)
                 down_c.pause([TopicPartition(*self.link)])
                 log.info("%s: %s has read %s[%d] to its end; handing rows over",
                          self.txn_id, self.down.job.name, *self.link)  # fmt: skip
@@ -169,6 +173,37 @@ class ChainRunner:
                 self._iterate(producer, consumers, hangars, up, down)
             for runner, hangar in zip(self.runners, hangars, strict=True):
                 runner.snapshotter.tick(hangar)
+
+    def _next_after_taken(self, rows: list[InMessage]) -> bool:
+        """Whether ``rows`` (the chain's, just written to the link) follow what the pipeline
+        has taken with nothing in between but the chain's own commit marker: the link has no
+        other writer when a dataset has one source, but a row written there by hand must not
+        be skipped by a pipeline that takes rows in memory."""
+        offsets = [m.offset for m in rows]
+        if offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+            return False
+        after_ours = self.link_read == self.link_last and offsets[0] == self.link_read + 2
+        return offsets[0] == self.link_read + 1 or after_ours
+
+    def _link_grew(self, down_c: Consumer) -> bool:
+        """Whether the link ends past what the pipeline has taken (and the chain's marker):
+        rows someone else wrote there, which a pipeline taking rows in memory never sees."""
+        try:
+            _, high = down_c.get_watermark_offsets(TopicPartition(*self.link), timeout=5,
+                                                   cached=False)  # fmt: skip
+        except KafkaException:
+            return False  # the broker is away: the loop meets that itself
+        ours = self.link_read == self.link_last
+        return int(high) > self.link_read + (2 if ours else 1)
+
+    def _read_link_again(self, down_c: Consumer) -> None:
+        """Stop handing rows over: the pipeline reads the link from what it has taken."""
+        self.handing = False
+        tp = TopicPartition(*self.link, self.link_read + 1)
+        down_c.seek(tp)
+        down_c.resume([tp])
+        log.warning("%s: %s[%d] has rows the chain did not write; %s reads it from Kafka",
+                    self.txn_id, *self.link, self.down.job.name)  # fmt: skip
 
     def _link_behind(self) -> int:
         """About how many messages of the link the pipeline has still to read."""
@@ -223,8 +258,12 @@ class ChainRunner:
             for group in _by_partition(down_msgs).values():
                 down_cp.stage(group, self.down.process(group, down_cp.reader))
             if handing and up_cp.counts.by_topic.get(self.link[0]):
-                handed = up_cp.delivered_in_order()
-                down_cp.stage(handed, self.down.process(handed, down_cp.reader))
+                rows = up_cp.delivered_in_order()
+                if self._next_after_taken(rows):
+                    handed = rows
+                    down_cp.stage(handed, self.down.process(handed, down_cp.reader))
+                else:  # another writer's rows are in between: the pipeline reads them
+                    self._read_link_again(down_c)
         if up_msgs:
             up_cp.apply()
             self.up.account(up_cp, len(up_msgs), started)

@@ -49,6 +49,18 @@ def partner_of(source: JobRow, jobs: Iterable[JobRow]) -> JobRow | None:
     )
 
 
+def followed(jobs: Iterable[JobRow]) -> dict[str, str]:
+    """Pipeline job hash -> the hash of the source job it fuses with (its partitions are
+    owned where the source's are)."""
+    jobs = list(jobs)
+    out: dict[str, str] = {}
+    for job in jobs:
+        partner = partner_of(job, jobs) if job.kind == "source" else None
+        if partner is not None:
+            out[partner.hash] = job.hash
+    return out
+
+
 def chains(want: Mapping[Key, JobRow], jobs: Iterable[JobRow] | None = None) -> dict[Key, Key]:
     """Pipeline partition -> the source partition it runs fused with, both in ``want`` (the
     partner chosen among all ``jobs``, default ``want``'s, as every engine chooses it)."""

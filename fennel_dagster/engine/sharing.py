@@ -15,6 +15,10 @@ gives each a process of its own, as a busy job wants every core; one owning many
 host stops paying a Python interpreter, pandas and Kafka clients for each (measured in
 ``bench/README.md``). History ingests (a Spark session each) stay alone.
 
+A source partition and the same partition of a pipeline that streams its dataset may run as
+a chain (``chaining``: one thread, one transaction a batch): the two are placed together and
+count as one thread; a chain whose pipeline leaves goes on as its source alone.
+
 A member that leaves (its job removed or moved to another engine: the supervisor says so
 over a pipe) or ends on its own (fenced, stopped for good: it says so) stops alone; the
 others run on, so a commit that removes one job does not restart the slices that held its

@@ -4,7 +4,9 @@ Every ``engine_poll_interval_s`` it renews the engine's lease in Postgres, reads
 engines and the job registry, and assigns each job partition to one live engine by
 rendezvous hashing. It starts a runner *process* for each partition it now owns (processes,
 so two engines — or one engine's runners — use every core; offline and sink writers share
-one, several to a process, and so may stream partitions of small jobs: ``sharing``), stops runners of partitions it no longer owns or
+one, several to a process, and so may stream partitions of small jobs: ``sharing``; a source
+partition it owns with its pipeline's runs fused with it: ``chaining``), stops runners of
+partitions it no longer owns or
 whose job was removed, and restarts runners that died. When an engine
 dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
 fencing makes the hand-over safe even if the old runner is still alive.
@@ -135,11 +137,15 @@ class Supervisor:
         self, jobs: list[JobRow], engines: list[str], failed: set[Key] | None = None
     ) -> dict[Key, JobRow]:
         """The partitions this engine should run: its rendezvous share, less the ones that
-        stopped for good (their reason is in the registry; a new commit replaces the job)."""
+        stopped for good (their reason is in the registry; a new commit replaces the job). A
+        pipeline partition a source's would fuse with goes where the source's goes, so that
+        every engine can run its chains."""
         out: dict[Key, JobRow] = {}
+        follows = chaining.followed(jobs) if self.settings.engine_fuse_sources else {}
         for job in jobs:
             for p in range(job.partitions):
-                if registry.rendezvous_owner(job.hash, p, engines) != self.engine_id:
+                by = follows.get(job.hash, job.hash)
+                if registry.rendezvous_owner(by, p, engines) != self.engine_id:
                     continue
                 if failed and (job.hash, p) in failed:
                     self._skip(job, p)

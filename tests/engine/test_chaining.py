@@ -153,3 +153,24 @@ def test_a_process_runs_a_chain_in_one_thread_and_its_source_outlives_its_pipeli
     stop.set()
     group.join(10)
     assert not group.is_alive()
+
+
+def test_a_fused_pipelines_partitions_are_owned_where_its_sources_are() -> None:
+    from types import SimpleNamespace
+
+    from fennel_dagster.engine.supervisor import Supervisor
+
+    rows = _rows(graph("raw"))
+    src, pipe = rows["source:Txn"], rows["pipeline:Spend"]
+    assert chaining.followed(rows.values()) == {pipe.hash: src.hash}
+    engines = ["a", "b", "c"]
+    owner: dict[tuple[str, int], str] = {}
+    for fuse in (True, False):
+        for e in engines:
+            me = SimpleNamespace(settings=SimpleNamespace(engine_fuse_sources=fuse), engine_id=e)
+            for key in Supervisor.owned(me, list(rows.values()), engines):  # type: ignore[arg-type]
+                owner[key] = e
+        assert len(owner) == sum(r.partitions for r in rows.values())  # each partition once
+        same = [owner[(pipe.hash, p)] == owner[(src.hash, p)] for p in range(4)]
+        assert all(same) if fuse else not all(same)  # by their own hashes, they spread
+        owner.clear()

@@ -92,7 +92,7 @@ def test_a_permanently_failing_partition_stops_and_records_why(
         jobs = registry.list_jobs(conn)
         failed = set(registry.failures(conn))
     sup = Supervisor.__new__(Supervisor)
-    sup.engine_id, sup.skipped = "solo", {}
+    sup.engine_id, sup.skipped, sup.settings = "solo", {}, s
     owned = Supervisor.owned(sup, jobs, ["solo"], failed)
     assert (pipe.hash, part) not in owned and (pipe.hash, (part + 1) % pipe.partitions) in owned
     plan = keepalive.plan(jobs, [], [], {}, failed=failed)
