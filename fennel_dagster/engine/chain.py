@@ -43,6 +43,10 @@ log = logging.getLogger("fennel_dagster.engine.chain")
 TP = tuple[str, int]
 # how close behind the link a pipeline is when its source waits for it to read the rest
 CATCH_UP_MESSAGES = 16
+# a chain's batch takes up to this many source batches of raw messages: alone, a pipeline
+# gathers several of its source's batch messages into one batch of its own (a backlog's
+# pipeline batches held about four: bench/README.md), and its cost per row falls with size
+CHAIN_BATCHES = 4
 
 
 class ChainRunner:
@@ -166,9 +170,7 @@ class ChainRunner:
             if not waits:
                 first = up_c.poll(0 if down else IDLE_POLL_S)
                 if first is not None:
-                    up = self._usable(
-                        [first, *up_c.consume(most - 1, linger)] if most > 1 else [first]
-                    )
+                    up = self._usable([first, *up_c.consume(most * CHAIN_BATCHES - 1, linger)])
             if up or down:
                 self._iterate(producer, consumers, hangars, up, down)
             for runner, hangar in zip(self.runners, hangars, strict=True):
