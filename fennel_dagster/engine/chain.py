@@ -33,7 +33,7 @@ from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.engine.recovery import open_state
 from fennel_dagster.engine.rocks_tuning import RocksTuning
-from fennel_dagster.engine.runner import IDLE_POLL_S, Runner
+from fennel_dagster.engine.runner import IDLE_POLL_S, Runner, by_partition
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import plan
@@ -255,9 +255,9 @@ class ChainRunner:
         down_cp = self._checkpoint(producer, down_c, hangars[1], self.down, None)
         handed: list[InMessage] = []
         with committing(producer, self.txn_id, lambda: self._seal(up_cp, down_cp)):
-            for group in _by_partition(up_msgs).values():
+            for group in by_partition(up_msgs).values():
                 up_cp.stage(group, self.up.process(group, up_cp.reader))
-            for group in _by_partition(down_msgs).values():
+            for group in by_partition(down_msgs).values():
                 down_cp.stage(group, self.down.process(group, down_cp.reader))
             if handing and up_cp.counts.by_topic.get(self.link[0]):
                 rows = up_cp.delivered_in_order()
@@ -297,12 +297,3 @@ class ChainRunner:
         for cp in (up, down):
             if cp.counts.ranges:  # a job with no input this batch records nothing
                 cp.seal()
-
-
-def _by_partition(msgs: list[Message]) -> dict[TP, list[InMessage]]:
-    groups: dict[TP, list[InMessage]] = {}
-    for m in msgs:
-        groups.setdefault((m.topic() or "", m.partition() or 0), []).append(
-            kafka_clients.in_message(m)
-        )
-    return groups

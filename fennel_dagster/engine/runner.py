@@ -229,11 +229,7 @@ class Runner:
         self, producer: Producer, consumer: Consumer, hangar: Hangar, msgs: list[Message]
     ) -> None:
         started = time.monotonic()
-        groups: dict[TP, list[InMessage]] = {}
-        for m in msgs:
-            groups.setdefault((m.topic() or "", m.partition() or 0), []).append(
-                kafka_clients.in_message(m)
-            )
+        groups = by_partition(msgs)
         job = self.spec
         cp = Checkpoint(producer, consumer, hangar, self.partition, job.error_topic,
                         job.replaylog, self.txn_id)  # fmt: skip
@@ -286,6 +282,16 @@ class Runner:
             uploaded.stored_bytes
         )
         self.metrics.snapshot_seconds.labels(self.job.name).observe(seconds)
+
+
+def by_partition(msgs: list[Message]) -> dict[TP, list[InMessage]]:
+    """A batch's messages by topic partition, in order: each group is staged on its own."""
+    groups: dict[TP, list[InMessage]] = {}
+    for m in msgs:
+        groups.setdefault((m.topic() or "", m.partition() or 0), []).append(
+            kafka_clients.in_message(m)
+        )
+    return groups
 
 
 # the longest a loop may go without beating (one batch) before its thread stops beating for
