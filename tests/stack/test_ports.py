@@ -27,6 +27,21 @@ def held() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+@pytest.fixture
+def held_before_a_free_one() -> Iterator[int]:
+    """A held port whose next one up is free when the test starts (an ephemeral port can be
+    any other process's: the next one is looked for, not assumed)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            if ports.bindable("127.0.0.1", port + 1):
+                yield port
+                return
+    raise AssertionError("no held port with a free one next to it in 100 tries")
+
+
 def _free() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -50,7 +65,10 @@ def test_up_refuses_a_port_held_by_another_process_and_names_the_variable(
     assert "--reassign-busy" in msg
 
 
-def test_reassign_busy_moves_only_defaults_held_elsewhere_upward(tmp_path: Path, held: int) -> None:
+def test_reassign_busy_moves_only_defaults_held_elsewhere_upward(
+    tmp_path: Path, held_before_a_free_one: int
+) -> None:
+    held = held_before_a_free_one
     s = _settings(tmp_path, kafka_port=held, kafka_controller_port=held + 1, pg_port=held)
     out = ports.reassign_busy(s, explicit=set())
     assert set(out) == {"FENNEL_KAFKA_PORT", "FENNEL_PG_PORT"}
