@@ -477,6 +477,14 @@ def run_forever(
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
             registry.record_failure(conn, job.hash, partition, owner, str(e))
         return str(e)
+    except Exception as e:
+        gone = [j.name for j in jobs if removed[j.hash].is_set()]
+        if not gone:
+            raise
+        # its topics and prefixes were being destroyed under it (a transaction to a deleted
+        # topic times out): nothing to retry or report; a chain's source runs on alone
+        log.info("%s.p%d: stopped as %s left the registry (%s: %s)", job.name, partition,
+                 ", ".join(gone), type(e).__name__, e)  # fmt: skip
     return None
 
 
