@@ -71,7 +71,6 @@ class ChainRunner:
         self.link_last: int | None = None  # the last row message the chain wrote to it
         self.link_read = -1  # the last link message the pipeline has taken
         self.eof_at = -1  # where the pipeline's consumer last found the link's end
-        self.handed_batches = 0
 
     @property
     def runners(self) -> tuple[Runner, Runner]:
@@ -276,7 +275,6 @@ class ChainRunner:
         if written:
             self.link_last = written[-1].offset
         if handed:
-            self.handed_batches += 1
             self.down.metrics.handed.labels(self.down.job.name, str(self.partition)).inc(
                 len(handed)
             )
