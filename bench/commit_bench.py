@@ -72,7 +72,7 @@ def run_once() -> dict[str, float]:
             lambda: client.clone_branch("wide_clone", from_branch="wide")
         )
         for branch in client.list_branches():
-            client.delete_branch(branch)
+            client.drop_branch(branch)
     with connect(settings) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
         conn.commit()

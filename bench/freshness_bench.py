@@ -119,7 +119,7 @@ def run(events: int, work: Path) -> list[float]:
             except subprocess.TimeoutExpired:
                 p.kill()
         with LocalClient(s) as c:
-            c.delete_branch("main")
+            c.drop_branch("main")
         with connect(s) as conn:
             conn.execute(f"DROP SCHEMA {s.pg_schema} CASCADE")
             conn.commit()

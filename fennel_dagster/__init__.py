@@ -7,6 +7,7 @@ from fennel_dagster import semantics as _semantics  # noqa: F401 - installs decl
 
 # Fennel code also writes ``from fennel import connectors`` then ``connectors.Webhook(...)``
 from fennel_dagster import sources as connectors
+from fennel_dagster.api import FennelClient, Response
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.declare import (
     Dataset,
@@ -40,8 +41,8 @@ from fennel_dagster.wire.usercode import includes
 
 __all__ = [
     "ClientError", "CommitError", "CommitRejected", "Dataset", "DeclarationError",
-    "DeclarationFailed", "EngineError", "ExecutionError", "Featureset", "FennelError",
-    "QueryError", "StackFailed", "Violation", "WireFailed", "commit_spec", "connectors", "dataset",
+    "DeclarationFailed", "EngineError", "ExecutionError", "Featureset", "FennelClient", "FennelError",
+    "QueryError", "Response", "StackFailed", "Violation", "WireFailed", "commit_spec", "connectors", "dataset",
     "expectations", "extractor", "feature", "featureset", "field", "includes", "inputs", "meta",
     "outputs", "pipeline", "source",
 ]  # fmt: skip

@@ -1,6 +1,7 @@
-"""The client interface that ``Client`` (the platform) and ``MockClient`` (one process) share.
+"""The client interface that ``Client`` (HTTP), ``LocalClient`` (the platform in process) and
+``MockClient`` (one process) share, ``FennelClient``, and the ``Response`` they answer with.
 
-Code written against ``FeatureClient`` runs unchanged on either: the same method names,
+Code written against ``FennelClient`` runs unchanged on any of them: the same method names,
 parameters and return types. What differs is where the work happens: the mock runs the
 operators and answers lookups in process; the platform client ships commits to the
 definition server, rows to Kafka, and lookups to the engines that own the keys. Both
@@ -9,14 +10,16 @@ answer lookups and queries through one implementation (``query.lookup``, ``query
 
 from __future__ import annotations
 
+import abc
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
 from fennel_dagster.declare.answers import fennel_answer
-from fennel_dagster.errors import QueryError
+from fennel_dagster.errors import ClientError, QueryError
 from fennel_dagster.ops.pipeline import RowError
 from fennel_dagster.ops.schema import BadRow
 from fennel_dagster.wire.spec import CommitSpec, DType
@@ -25,8 +28,53 @@ DatasetRef = str | type  # a dataset class, or its name
 FeatureRef = str | type  # "Featureset.feature", a featureset class (all its features), or a name
 
 
+class ResponseError(ClientError):
+    """A response whose status is an error, raised by ``raise_for_status`` (as requests'
+    ``HTTPError``) and by ``Client`` for the query server's 4xx/5xx answers; ``status`` is the
+    HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{message} (HTTP {status})")
+        self.status = status
+
+
+class Response(abc.ABC):
+    """What every client answers ``commit``, ``log``, ``erase`` and the branch operations
+    with: the parts of an HTTP response Fennel's code reads (``status_code``, ``ok``,
+    ``json()``, ``text``, ``raise_for_status()``), and the dict keys Fennel 1.5's client
+    answers with (``response["status_code"]``, ``["headers"]``, ``["body"]``)."""
+
+    @property
+    @abc.abstractmethod
+    def status_code(self) -> int: ...
+
+    @abc.abstractmethod
+    def json(self) -> dict[str, Any]: ...
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status_code < 400
+
+    @property
+    def text(self) -> str:
+        return json.dumps(self.json(), default=str)
+
+    def raise_for_status(self) -> None:
+        if not self.ok:
+            raise ResponseError(self.status_code, self.text)
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "status_code":
+            return self.status_code
+        if key == "headers":
+            return {"content-type": "application/json"}
+        if key == "body":
+            return self.json()
+        raise KeyError(f"{key!r}: a response has status_code, headers and body")
+
+
 @dataclass
-class LogResult:
+class LogResult(Response):
     """What ``log`` did: rows accepted, and the rows rejected on the way in.
 
     The mock checks rows while logging, so ``rejected``/``errors`` are complete when it
@@ -43,11 +91,7 @@ class LogResult:
         """Fennel's ``log`` answers an HTTP response: 200 when every row was accepted."""
         return 200 if not self.rejected else 400
 
-    @property
-    def ok(self) -> bool:
-        return self.status_code == 200
-
-    def json(self) -> dict[str, object]:
+    def json(self) -> dict[str, Any]:
         return {
             "accepted": self.accepted,
             "rejected": [{"dataset": b.dataset, "reason": b.reason} for b in self.rejected],
@@ -56,32 +100,34 @@ class LogResult:
 
 
 @dataclass(frozen=True)
-class Unsupported:
+class Unsupported(Response):
     """An HTTP-like answer (``status_code`` 404) to a call the MockClient has no counterpart
     for, as Fennel's mock answers it: e.g. tracking an offline query, which the mock answers
     at once."""
 
     reason: str
-    status_code: int = 404
-    ok: bool = False
+    status_code: int = 404  # type: ignore[assignment]
 
-    def json(self) -> dict[str, object]:
+    def json(self) -> dict[str, Any]:
         return {"error": self.reason}
 
 
 @dataclass(frozen=True)
-class Done:
+class Done(Response):
     """An HTTP-like answer (``status_code`` 200) to a call Fennel's clients answer with an
-    HTTP response (commit, the branch operations), for code that checks it: what was done,
-    and for a commit what was committed (``commit``)."""
+    HTTP response (commit, erase, the branch operations): what was done, for a commit what
+    was committed (``commit``), what the platform reported (``details``, in ``json()``) and
+    its own record of it (``outcome``: a ``LocalClient`` commit's ``CommitOutcome``, preview
+    diff or Dagster run summary)."""
 
     message: str
     commit: CommitSpec | None = None
-    status_code: int = 200
-    ok: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+    outcome: object = None
+    status_code: int = 200  # type: ignore[assignment]
 
-    def json(self) -> dict[str, object]:
-        return {"message": self.message}
+    def json(self) -> dict[str, Any]:
+        return {"message": self.message, **self.details}
 
 
 class BranchName(str):
@@ -95,7 +141,15 @@ class BranchName(str):
 
 
 @runtime_checkable
-class FeatureClient(Protocol):
+class FennelClient(Protocol):
+    """The interface of Fennel's ``Client`` that ``MockClient``, ``LocalClient`` and the HTTP
+    ``Client`` all implement: the same method names, parameters and return types, and errors
+    under ``fennel_dagster.errors.FennelError``. Code typed against it runs on any of them.
+
+    Where Fennel's client answers an HTTP response, ours answer a ``Response``; ``checkout``
+    answers nothing a caller relies on (Fennel's: ``None``). ``sleep`` is Fennel's wait for
+    the platform to catch up with what was logged."""
+
     def commit(
         self,
         message: str,
@@ -105,17 +159,11 @@ class FeatureClient(Protocol):
         incremental: bool = False,
         env: str | None = None,
         backfill: bool = True,
-    ) -> object: ...
+    ) -> Response: ...
 
-    def log(self, webhook: str, endpoint: str, df: pd.DataFrame, /) -> LogResult: ...
-
-    def lookup(
-        self,
-        dataset: DatasetRef,
-        keys: pd.DataFrame,
-        timestamps: pd.Series | None = None,
-        fields: list[str] | None = None,
-    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]: ...
+    def log(
+        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 1000
+    ) -> LogResult: ...
 
     def query(
         self,
@@ -129,6 +177,53 @@ class FeatureClient(Protocol):
         workflow: str | None = None,
         sampling_rate: float | None = None,
     ) -> pd.DataFrame: ...
+
+    def query_offline(
+        self,
+        inputs: list[FeatureRef],
+        outputs: list[FeatureRef],
+        timestamp_column: str,
+        input_dataframe: pd.DataFrame | None = None,
+        input_s3: str | None = None,
+        output_s3: str | None = None,
+        feature_to_column_map: dict[str, str] | None = None,
+        workflow: str | None = None,
+    ) -> dict[str, Any] | pd.DataFrame: ...
+
+    def track_offline_query(self, request_id: int) -> dict[str, Any] | Response: ...
+
+    def cancel_offline_query(self, request_id: int) -> dict[str, Any] | Response: ...
+
+    def lookup(
+        self,
+        dataset: DatasetRef,
+        keys: pd.DataFrame,
+        timestamps: pd.Series | None = None,
+        fields: list[str] | None = None,
+    ) -> tuple[pd.DataFrame | pd.Series, pd.Series]: ...
+
+    def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame: ...
+
+    def get_dataset_df(self, dataset_name: DatasetRef) -> pd.DataFrame: ...
+
+    def erase(self, dataset_name: DatasetRef, erase_keys: pd.DataFrame) -> Response: ...
+
+    def init_branch(self, name: str) -> Response: ...
+
+    def clone_branch(self, name: str, from_branch: str) -> Response: ...
+
+    def delete_branch(self, name: str) -> Response: ...
+
+    def list_branches(self) -> list[str]: ...
+
+    def checkout(self, name: str, init: bool = False) -> object: ...
+
+    def branch(self) -> str: ...
+
+    def sleep(self, seconds: float = 0) -> None: ...
+
+
+FeatureClient = FennelClient  # its former name
 
 
 def answer_shape(

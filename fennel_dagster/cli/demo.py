@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             with LocalClient(settings, via_dagster=True) as client:
                 outcome = client.commit("payments example", datasets=DATASETS,
                                         featuresets=FEATURESETS)  # fmt: skip
-                status.phase = f"committed through a Dagster run: {outcome}"
+                status.phase = f"committed through a Dagster run: {outcome.outcome}"
                 client.via_dagster = False
                 events = generate()
                 client.log("ops_webhook", "users", events.users)

@@ -7,6 +7,7 @@ DSN or an engine address. Answers come back typed by the declared features and f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,8 +16,10 @@ import pandas as pd
 
 from fennel_dagster.api import (
     DatasetRef,
+    Done,
     FeatureRef,
     LogResult,
+    ResponseError,
     answer_shape,
     dataset_name,
     feature_name,
@@ -25,20 +28,17 @@ from fennel_dagster.api import (
 )
 from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.answers import struct_objects
+from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops.rows import json_column, typed_series
-from fennel_dagster.wire import codec, encode
+from fennel_dagster.wire import codec, encode, spec
 
 BRANCH_HEADER = "X-FENNEL-BRANCH"
 
 
-class ServerError(ClientError):
-    """The query server refused or failed a request; ``status`` is its HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{message} (HTTP {status})")
-        self.status = status
+ServerError = ResponseError  # the query server refused or failed a request (``status``)
 
 
 class Client:
@@ -86,7 +86,11 @@ class Client:
         incremental: bool = False,
         env: str | None = None,
         backfill: bool = True,
-    ) -> dict[str, Any]:
+    ) -> Done:
+        """Ship a commit to the server; the answer's ``json()`` is the server's report
+        (``commit_id``; a preview's ``summary`` lines, also printed). After a commit,
+        ``Dataset.lookup`` outside an extractor (in a test) is answered through this client,
+        as by the mock that committed."""
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
         params = {"preview": str(preview).lower(), "backfill": str(backfill).lower()}
         result: dict[str, Any] = self._call(
@@ -94,21 +98,31 @@ class Client:
         )
         for line in result.get("summary", []):
             print(line)
-        return result
+        if preview:
+            return Done(f"preview of {message!r}: valid", request, result)
+        serve_outside_runs(self._dataset_lookup)
+        return Done(f"committed {message!r}", request, result)
 
-    def init_branch(self, name: str) -> None:
+    def init_branch(self, name: str) -> Done:
         self._call("POST", "/api/v1/init", json={}, branch=name)
         self._branch = name
+        return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
-        self._call("POST", "/api/v1/init", json={"clone_from": from_branch or self._branch},
-                   branch=name)  # fmt: skip
+    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
+        source = from_branch or self._branch
+        self._call("POST", "/api/v1/init", json={"clone_from": source}, branch=name)
         self._branch = name
+        return Done(f"cloned branch {source!r} into {name!r}")
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str) -> Done:
         self._call("POST", "/api/v1/delete", json={}, branch=name)
         if self._branch == name:
             self._branch = "main"
+        return Done(f"deleted branch {name!r}")
+
+    def sleep(self, seconds: float = 0) -> None:
+        """Fennel's wait for the platform to catch up: waits ``seconds``."""
+        time.sleep(seconds)
 
     def list_branches(self) -> list[str]:
         return [b["name"] for b in self._call("GET", "/api/v1/branch/list")["branches"]]
@@ -160,17 +174,53 @@ class Client:
         timestamps: pd.Series | None = None,
         fields: list[str] | None = None,
     ) -> tuple[pd.DataFrame | pd.Series, pd.Series]:
+        data, found, types = self._lookup(dataset_name(dataset), keys, timestamps, fields)
+        return answer_shape(data, found, fields, types)
+
+    def _dataset_lookup(
+        self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """``Dataset.lookup`` called outside an extractor (a test's), on this client's
+        branch: the rows (struct values as objects, as extractors get them) and found."""
+        data, found, types = self._lookup(name, keys, ts, fields)
+        fields_ = [spec.FieldSpec(c, t) for c, t in types.items()]
+        return struct_objects(data, fields_), found
+
+    def _lookup(
+        self,
+        name: str,
+        keys: pd.DataFrame,
+        timestamps: pd.Series | None,
+        fields: list[str] | None,
+    ) -> tuple[pd.DataFrame, pd.Series, dict[str, Any]]:
         keys = pd.DataFrame(keys).reset_index(drop=True)
         body: dict[str, Any] = {"keys": {c: json_column(keys[c]) for c in keys.columns},
                                 "fields": fields or []}  # fmt: skip
         if timestamps is not None:
             body["timestamps"] = json_column(pd.to_datetime(pd.Series(timestamps), utc=True))
-        name = dataset_name(dataset)
         reply = self._call("POST", f"/api/v1/dataset/{name}/lookup", json=body,
                            params={"typed": "true"})  # fmt: skip
-        data = _typed(reply["data"], reply["types"])
         types = {c: codec.from_jsonable(t) for c, t in reply["types"].items()}
-        return answer_shape(data, pd.Series(reply["found"], dtype=bool), fields, types)
+        return _typed(reply["data"], reply["types"]), pd.Series(reply["found"], dtype=bool), types
+
+    def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
+        """The ``n`` newest rows of a dataset (by its timestamp)."""
+        reply = self._call("GET", f"/api/v1/dataset/{dataset_name(dataset)}/inspect",
+                           params={"n": n})  # fmt: skip
+        return _typed(reply["data"], reply["types"])
+
+    def get_dataset_df(self, dataset_name: DatasetRef) -> pd.DataFrame:
+        """Every row of a dataset, ordered by its timestamp."""
+        reply = self._call("GET", f"/api/v1/dataset/{_name_of(dataset_name)}/rows")
+        return _typed(reply["data"], reply["types"])
+
+    def erase(self, dataset_name: DatasetRef, erase_keys: pd.DataFrame) -> Done:
+        """Fennel's ``erase`` of the rows of ``erase_keys`` (refused by the platform, which
+        does not erase yet: the server says so)."""
+        name = _name_of(dataset_name)
+        keys = {str(c): json_column(erase_keys[c]) for c in erase_keys.columns}
+        reply = self._call("POST", f"/api/v1/dataset/{name}/erase", json={"erase_keys": keys})
+        return Done(f"erased {len(erase_keys)} key(s) of {name}", details=reply)
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/graphql",
@@ -235,8 +285,12 @@ class Client:
     # ---------------------------------------------------------------- write path
 
     def log(
-        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 10_000
+        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 1000
     ) -> LogResult:
+        """Rows to a webhook endpoint, ``batch_size`` per request: every branch's datasets
+        sourcing from it receive them (a webhook is the namespace's, as in Fennel)."""
+        if batch_size < 1:
+            raise ClientError(f"log({webhook}.{endpoint}): batch_size must be at least 1")
         accepted = 0
         for start in range(0, len(df), batch_size):
             part = df.iloc[start : start + batch_size]
@@ -244,6 +298,10 @@ class Client:
             accepted += self._call("POST", f"/api/v1/log/{webhook}/{endpoint}",
                                    json={"data": data})["accepted"]  # fmt: skip
         return LogResult(accepted)
+
+
+def _name_of(dataset: DatasetRef) -> str:
+    return dataset_name(dataset)
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:

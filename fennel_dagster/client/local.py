@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import getpass
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -19,7 +20,9 @@ import psycopg
 from confluent_kafka import Producer
 
 from fennel_dagster.api import (
+    BranchName,
     DatasetRef,
+    Done,
     FeatureRef,
     LogResult,
     answer_shape,
@@ -37,7 +40,10 @@ from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.answers import struct_objects
+from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.engine import lookups
+from fennel_dagster.engine.dataset_rows import dataset_topic, read_rows
 from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import offline_queries, registry, tokens
@@ -46,6 +52,7 @@ from fennel_dagster.metadata.migrate import migrate
 from fennel_dagster.offline.exchange import prepare_request, read_frame
 from fennel_dagster.ops.rows import dumps, to_records
 from fennel_dagster.query.execute import QueryExecutor
+from fennel_dagster.query.lookup import as_key_types
 from fennel_dagster.query.plan import QueryPlanError, plan_query
 from fennel_dagster.settings import Settings, get_settings
 from fennel_dagster.wire import encode, plan, spec
@@ -83,6 +90,15 @@ class LocalClient:
         self._lock: psycopg.Connection | None = None
         self._http: httpx.Client | None = None
         self._jobs: dict[tuple[str, str], registry.JobRow] = {}  # specs decoded, by text
+
+    @property
+    def branch(self) -> BranchName:
+        """The checked-out branch: ``client.branch``, or ``client.branch()`` as in Fennel."""
+        return self._branch
+
+    @branch.setter
+    def branch(self, name: str) -> None:
+        self._branch = BranchName(name)
 
     # ---------------------------------------------------------------- connections
 
@@ -124,15 +140,23 @@ class LocalClient:
         env: str | None = None,
         backfill: bool = True,
         branch: str | None = None,
-    ) -> protocol.CommitOutcome | BlueprintDiff | requests.CommitSummary:
-        """Validate, compile and commit; ``preview=True`` prints and returns the diff only.
+    ) -> Done:
+        """Validate, compile and commit; ``preview=True`` prints the diff and changes nothing.
 
         A rejected commit raises ``CommitRejected`` listing every validation error. ``env``
-        selects the sources, pipelines and extractors whose ``env=`` names it.
+        selects the sources, pipelines and extractors whose ``env=`` names it. The answer's
+        ``outcome`` is the ``CommitOutcome`` (the diff for a preview; a Dagster run's
+        ``CommitSummary`` with ``via_dagster``). After a commit, ``Dataset.lookup`` outside
+        an extractor (in a test) is answered by this client, as by the mock that committed.
         """
         target = branch or self.branch
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
-        return self.commit_spec(request, preview=preview, branch=target, backfill=backfill)
+        out = self.commit_spec(request, preview=preview, branch=target, backfill=backfill)
+        if preview:
+            return Done(f"preview of {message!r}: valid", request, outcome=out)
+        serve_outside_runs(self._dataset_lookup)
+        details = {"commit_id": out.commit_id} if isinstance(out, protocol.CommitOutcome) else {}
+        return Done(f"committed {message!r}", request, details, outcome=out)
 
     def commit_spec(
         self,
@@ -204,27 +228,56 @@ class LocalClient:
 
     # ---------------------------------------------------------------- branches
 
-    def init_branch(self, name: str) -> None:
+    def init_branch(self, name: str) -> Done:
         """Create an empty branch and check it out (as Fennel's client does)."""
         branches.init_branch(self.conn, name)
         self.branch = name
+        return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> int:
-        return branches.clone_branch(self.conn, self.lock_conn, from_branch or self.branch, name)
+    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
+        """A new branch with ``from_branch``'s definitions and data, checked out."""
+        source = from_branch or self.branch
+        refs = branches.clone_branch(self.conn, self.lock_conn, source, name)
+        self.branch = name
+        return Done(f"cloned branch {source!r} into {name!r}", details={"refs": refs})
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str) -> Done:
+        """Delete a branch (not main); deleting the checked-out one checks main out."""
+        if name == MAIN_BRANCH:
+            raise ClientError("the main branch cannot be deleted")
+        return self.drop_branch(name)
+
+    def drop_branch(self, name: str) -> Done:
+        """Delete any branch, main too (tearing a platform down): its assets nobody else
+        references are destroyed."""
         branches.delete_branch(self.conn, self.lock_conn, self.physical, name)
+        if self.branch == name:
+            self.branch = MAIN_BRANCH
+        return Done(f"deleted branch {name!r}")
 
     def list_branches(self) -> list[str]:
         with self.conn.transaction():
             return branches.list_branches(self.conn)
 
-    def checkout(self, name: str) -> spec.CommitSpec | None:
-        """Switch this client to branch ``name``; returns its committed graph."""
-        with self.conn.transaction():
-            graph = branches.checkout(self.conn, name)
+    def checkout(self, name: str, init: bool = False) -> spec.CommitSpec | None:
+        """Switch this client to branch ``name`` (``init``: creating it if missing); returns
+        its committed graph. A missing branch is only named, as Fennel's clients do: the
+        next request says it does not exist."""
+        known = self.list_branches()
+        if init and name not in known:
+            self.init_branch(name)
+            return None
         self.branch = name
-        return graph
+        return self.graph() if name in known else None
+
+    def graph(self, branch: str | None = None) -> spec.CommitSpec | None:
+        """A branch's committed graph (default: the checked-out one; None: nothing yet)."""
+        with self.conn.transaction():
+            return branches.checkout(self.conn, branch or self.branch)
+
+    def sleep(self, seconds: float = 0) -> None:
+        """Fennel's wait for the platform to catch up: waits ``seconds``."""
+        time.sleep(seconds)
 
     # ---------------------------------------------------------------- read path
 
@@ -250,11 +303,50 @@ class LocalClient:
 
     def _types(self, name: str) -> dict[str, spec.DType]:
         """The dataset's field types on this branch, as its serving job has them."""
+        return {f.name: f.dtype for f in self._serving_job(name).spec.dataset.fields}
+
+    def _branch_jobs(self, branch: str | None = None) -> list[registry.JobRow]:
+        """A branch's jobs (default: the checked-out one, which must exist)."""
         with self.conn.transaction():
-            job = lookups.serving_job(
-                registry.branch_jobs(self.conn, self.branch, self._jobs), name
-            )
-        return {f.name: f.dtype for f in job.spec.dataset.fields}
+            name = branch or self.branch
+            protocol.head(self.conn, name)  # a missing branch: BranchNotFoundError names it
+            return registry.branch_jobs(self.conn, name, self._jobs)
+
+    def _serving_job(self, name: str) -> registry.JobRow:
+        return lookups.serving_job(self._branch_jobs(), name)
+
+    def _dataset_lookup(
+        self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+    ) -> tuple[pd.DataFrame, pd.Series]:
+        """``Dataset.lookup`` called outside an extractor (a test's): struct values as
+        objects, as the extractors' lookups answer them."""
+        rows, found = self._lookup(name, ts, keys, fields)
+        return struct_objects(rows, self._serving_job(name).spec.dataset.fields), found
+
+    def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
+        """Fennel's look at a dataset's rows: its ``n`` newest (by its timestamp), read from
+        the dataset's topic."""
+        if n < 1:
+            raise ClientError(f"inspect({dataset_name(dataset)}, n={n}): n must be at least 1")
+        topic, ds = dataset_topic(self._branch_jobs(), dataset_name(dataset))
+        return read_rows(self.settings.kafka_servers, topic, ds, newest=n)
+
+    def get_dataset_df(self, dataset_name: DatasetRef) -> pd.DataFrame:
+        """Every row of a dataset (its topic's), ordered by its timestamp."""
+        topic, ds = dataset_topic(self._branch_jobs(), _name_of(dataset_name))
+        return read_rows(self.settings.kafka_servers, topic, ds)
+
+    def erase(self, dataset_name: DatasetRef, erase_keys: pd.DataFrame) -> Done:
+        """Fennel's ``erase`` (hard-erasing the rows of erase keys, and rows with them that
+        arrive later) is not carried out by the platform's engines yet: refused, naming the
+        dataset, rather than answered as done."""
+        name = _name_of(dataset_name)
+        dataset_topic(self._branch_jobs(), name)  # an unknown dataset says so first
+        raise ClientError(
+            f"erase({name}): the platform does not erase keys yet (its indexes, topics and "
+            "offline tables keep them); MockClient.erase has the semantics. Drop the call, "
+            "or delete the rows with a delete (cdc) row per key"
+        )
 
     def _lookup(
         self,
@@ -264,12 +356,12 @@ class LocalClient:
         fields: list[str] | None,
         timeout: float = 10.0,
     ) -> tuple[pd.DataFrame, pd.Series]:
+        job = self._serving_job(name)
         with self.conn.transaction():
-            job = lookups.serving_job(
-                registry.branch_jobs(self.conn, self.branch, self._jobs), name
-            )
             routes = load_routes(self.conn, self.settings.engine_lease_s)
             secret = tokens.service_secret(self.conn)
+        types = {f.name: f.dtype for f in job.spec.dataset.fields}
+        keys = as_key_types(keys, {k: types[k] for k in keys.columns if k in types})
         if self._http is None:
             self._http = httpx.Client()
         return EngineLookups(routes, secret, self._http, timeout=timeout).lookup(
@@ -293,7 +385,7 @@ class LocalClient:
         engines like ``lookup``. ``input_dataframe=`` is Fennel's name for ``input_df``."""
         refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
-        graph = self.checkout(self.branch)
+        graph = self.graph()
         if graph is None:
             raise QueryPlanError(f"branch {self.branch!r} has no commit yet; commit first")
         qplan = plan_query(graph.featuresets, [feature_name(i) for i in inputs],
@@ -369,28 +461,62 @@ class LocalClient:
 
     # ---------------------------------------------------------------- write path
 
-    def log(self, webhook: str, endpoint: str, df: pd.DataFrame) -> LogResult:
+    def log(
+        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 1000
+    ) -> LogResult:
         """Send rows to a webhook endpoint (``Webhook(name=webhook).endpoint(endpoint)``).
 
-        The rows go to the endpoint's inbox topic; every dataset sourcing from the endpoint
-        ingests them (schema-checked, bad rows to its error topic).
+        The rows go to the endpoint's inbox topic, which every branch's datasets sourcing
+        from the endpoint read (a webhook is the namespace's, not a branch's, as in Fennel);
+        each ingests them (schema-checked, bad rows to its error topic). They are sent
+        ``batch_size`` rows at a time, each batch acknowledged by Kafka before the next.
         """
-        with self.conn.transaction():
-            jobs = registry.branch_jobs(self.conn, self.branch, self._jobs)
-        inboxes = registry.webhook_inboxes(jobs, webhook, endpoint)
-        if not inboxes:
-            raise ClientError(
-                f"no dataset on branch {self.branch!r} has a source "
-                f"Webhook(name={webhook!r}).endpoint({endpoint!r}); commit one first"
-            )
+        if batch_size < 1:
+            raise ClientError(f"log({webhook}.{endpoint}): batch_size must be at least 1")
+        inboxes = webhook_inboxes(self._branch_jobs, self.list_branches(), self.branch,
+                                  webhook, endpoint)  # fmt: skip
         producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
                              "enable.idempotence": True})  # fmt: skip
         records = to_records(df)
-        for topic, partitions in inboxes.items():
-            for i, rec in enumerate(records):
-                producer.produce(topic, dumps(rec), partition=i % partitions)
-        if producer.flush(30):
-            raise ClientError(
-                f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
-            )
+        for start in range(0, len(records), batch_size):
+            for topic, partitions in inboxes.items():
+                for i, rec in enumerate(records[start : start + batch_size], start):
+                    producer.produce(topic, dumps(rec), partition=i % partitions)
+            if producer.flush(30):
+                raise ClientError(
+                    f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
+                )
         return LogResult(len(records))
+
+
+MAIN_BRANCH = "main"
+
+
+def _name_of(dataset: DatasetRef) -> str:
+    return dataset_name(dataset)
+
+
+def webhook_inboxes(
+    jobs_of: Callable[[str], Sequence[registry.JobRow]],
+    branches_: Sequence[str],
+    here: str,
+    webhook: str,
+    endpoint: str,
+) -> dict[str, int]:
+    """Where rows logged to ``webhook.endpoint`` go: the inbox topic of every source job on
+    any branch reading it (one topic per endpoint, shared by the branches). ``here``, the
+    logging client's branch, must exist; no dataset anywhere on the endpoint is an error."""
+    if here not in branches_:
+        raise ClientError(
+            f"branch {here!r} does not exist: init_branch({here!r}) or "
+            f"checkout({here!r}, init=True) creates it"
+        )
+    inboxes: dict[str, int] = {}
+    for b in branches_:
+        inboxes.update(registry.webhook_inboxes(jobs_of(b), webhook, endpoint))
+    if not inboxes:
+        raise ClientError(
+            f"no committed dataset has a source Webhook(name={webhook!r})"
+            f".endpoint({endpoint!r}) on any branch; commit one first"
+        )
+    return inboxes

@@ -274,10 +274,14 @@ class MockClient:
         webhook: DatasetRef,
         endpoint: str | pd.DataFrame,
         df: pd.DataFrame | None = None,
+        batch_size: int = 1000,
     ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
-        ``log(Dataset, df)``."""
+        ``log(Dataset, df)``. ``batch_size``, how many rows the platform's clients send per
+        request, changes nothing here: the mock takes the rows in one step."""
         self._existing()
+        if batch_size < 1:
+            raise MockError(f"log({webhook!r}, ...): batch_size must be at least 1")
         if df is None:
             if not isinstance(endpoint, pd.DataFrame):
                 raise MockError(
@@ -382,14 +386,14 @@ class MockClient:
 
     # ------------------------------------------------------------------ erase
 
-    def erase(self, dataset: DatasetRef, erase_keys: pd.DataFrame) -> Done:
+    def erase(self, dataset_name: DatasetRef, erase_keys: pd.DataFrame) -> Done:
         """Fennel's ``erase``: hard-erase the rows of ``dataset`` whose erase-key fields
         (``field(key=True, erase_key=True)``) hold one of the rows of ``erase_keys``. They go
         from the dataset's rows and index now, and rows with those keys logged later are
         dropped on arrival, so they reach neither lookups nor downstream pipelines. Rows that
         already went downstream stay there: erase those datasets too (as in Fennel)."""
         self._existing()
-        ds = self._dataset(dataset_name(dataset))
+        ds = self._dataset(_name_of(dataset_name))
         where = f"erase({ds.name})"
         if not isinstance(erase_keys, pd.DataFrame):
             raise MockError(f"{where}: erase_keys must be a DataFrame of erase-key columns")
@@ -464,12 +468,15 @@ class MockClient:
     def inspect(self, dataset: DatasetRef, n: int = 10) -> pd.DataFrame:
         """Fennel's look at a dataset's rows: at most ``n`` of them, the newest (Fennel's
         mock samples ``n`` at random; the newest are what a reader checks first)."""
+        if n < 1:
+            raise MockError(f"inspect({dataset_name(dataset)}, n={n}): n must be at least 1")
         df = self.get_dataset_df(dataset)
         return df if len(df) <= n else df.iloc[len(df) - n :].reset_index(drop=True)
 
-    def get_dataset_df(self, name: DatasetRef) -> pd.DataFrame:
+    def get_dataset_df(self, dataset_name: DatasetRef) -> pd.DataFrame:
+        """Every row of a dataset, ordered by its timestamp."""
         self._existing()
-        ds = self._dataset(dataset_name(name))
+        ds = self._dataset(_name_of(dataset_name))
         parts = self._rows.get(ds.name) or []
         if not parts:
             return pd.DataFrame({f.name: pd.Series(dtype=object) for f in ds.fields})
@@ -539,25 +546,28 @@ class MockClient:
         self,
         inputs: list[Any],
         outputs: list[Any],
-        input_df: pd.DataFrame | str | None = None,
         timestamp_column: str | pd.DataFrame | None = None,
-        *,
-        input_dataframe: pd.DataFrame | None = None,
-        format: str = "pandas",  # noqa: A002 - Fennel's name
+        input_dataframe: pd.DataFrame | str | None = None,
         input_s3: str | None = None,
         output_s3: str | None = None,
         feature_to_column_map: dict[str, str] | None = None,
         workflow: str | None = None,  # Fennel's label for its logs: accepted, not recorded
+        *,
+        format: str = "pandas",  # noqa: A002 - Fennel's name
     ) -> pd.DataFrame:
-        """Point-in-time: every row's features as of its own timestamp. Takes this mock's
-        ``(inputs, outputs, df, timestamp_column)`` and Fennel's ``(inputs, outputs,
-        timestamp_column, input_dataframe=df, feature_to_column_map=...)`` alike."""
+        """Point-in-time: every row's features as of its own timestamp. Takes Fennel's
+        ``(inputs, outputs, timestamp_column, input_dataframe=df, feature_to_column_map=...)``
+        and this mock's former ``(inputs, outputs, df, timestamp_column)`` alike."""
         self._existing()
-        if isinstance(input_df, str):  # Fennel's order: the timestamp column third
+        input_df: pd.DataFrame | None = None
+        if isinstance(timestamp_column, pd.DataFrame):  # the former order: the rows third
             input_df, timestamp_column = (
-                timestamp_column if isinstance(timestamp_column, pd.DataFrame) else None,
-                input_df,
+                timestamp_column,
+                input_dataframe if isinstance(input_dataframe, str) else None,
             )
+            input_dataframe = None
+        elif isinstance(input_dataframe, str):
+            raise MockError("query_offline: input_dataframe must be a DataFrame, not a str")
         if input_s3 is not None or output_s3 is not None or format != "pandas":
             raise MockError(
                 "input must contain a key 'input_dataframe' with the input dataframe (Fennel's "
@@ -567,7 +577,7 @@ class MockClient:
             )
         if not isinstance(timestamp_column, str):
             raise MockError("query_offline needs timestamp_column=<the column of each row's time>")
-        df = input_frame(input_df if isinstance(input_df, pd.DataFrame) else None, input_dataframe)
+        df = input_frame(input_df, input_dataframe)
         if timestamp_column not in df.columns:
             raise MockError(
                 f"the input has no timestamp column {timestamp_column!r} (its columns: "
@@ -577,6 +587,10 @@ class MockClient:
         out = self.query(inputs, outputs, df.drop(columns=[timestamp_column]), df[timestamp_column])
         out[timestamp_column] = pd.to_datetime(df[timestamp_column], utc=True).to_numpy()
         return out
+
+
+def _name_of(dataset: DatasetRef) -> str:
+    return dataset_name(dataset)
 
 
 def _apply_source_rules(sources: Sequence[spec.SourceSpec], df: pd.DataFrame) -> pd.DataFrame:

@@ -40,7 +40,7 @@ def lookup_state(
     keys = keys[list(ds.keys)].reset_index(drop=True)
     ts = pd.to_datetime(pd.Series(ts), utc=True).reset_index(drop=True)
     types = {f.name: f.dtype for f in ds.fields}
-    keys = _as_key_types(keys, types)
+    keys = as_key_types(keys, types)
     if serves is None:
         rows, found = index.lookup(state, ds, keys, ts, fields)
         for k in ds.keys:  # the keys asked for, found or not (as Fennel answers)
@@ -256,7 +256,7 @@ def _not_found_as_null(
     return rows
 
 
-def _as_key_types(keys: pd.DataFrame, types: dict[str, spec.DType]) -> pd.DataFrame:
+def as_key_types(keys: pd.DataFrame, types: dict[str, spec.DType]) -> pd.DataFrame:
     """Key columns cast to their fields' types, as Fennel's lookups cast them (an int 1 asked
     of a str key is "1"); a column that does not cast is asked as it is (found nowhere)."""
     out = keys.copy()

@@ -55,6 +55,7 @@ def _obj(required: list[str], **props: Any) -> dict[str, Any]:
 def document() -> dict[str, Any]:
     query_body = _obj(["inputs", "outputs", "data"], inputs=_NAMES, outputs=_NAMES, data=_COLUMNS,
                       timestamps=_STAMPS, log={"type": "boolean", "enum": [False]})  # fmt: skip
+    _rows = _obj(["data", "types"], data={"type": "object"}, types={"type": "object"})
     path = lambda n: {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}  # noqa: E731
     return {
         "openapi": "3.1.0",
@@ -87,6 +88,33 @@ def document() -> dict[str, Any]:
                         data={"type": "object"},
                         found={"type": "array", "items": {"type": "boolean"}},
                     ),
+                    parameters=[path("name")],
+                )
+            },
+            "/api/v1/dataset/{name}/inspect": {
+                "get": _op(
+                    "the newest n rows of a dataset, by its timestamp",
+                    None,
+                    _rows,
+                    parameters=[
+                        path("name"),
+                        {
+                            "name": "n",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1},
+                        },
+                    ],
+                )
+            },
+            "/api/v1/dataset/{name}/rows": {
+                "get": _op("every row of a dataset", None, _rows, parameters=[path("name")])
+            },
+            "/api/v1/dataset/{name}/erase": {
+                "post": _op(
+                    "erase the rows of erase keys (refused: the platform does not erase yet)",
+                    _obj(["erase_keys"], erase_keys=_COLUMNS),
+                    {"type": "object"},
                     parameters=[path("name")],
                 )
             },

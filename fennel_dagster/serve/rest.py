@@ -12,10 +12,12 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import orjson
+import pandas as pd
 from starlette.requests import Request
 from starlette.responses import Response
 
 from fennel_dagster.api import LogResult
+from fennel_dagster.query.lookup import as_key_types
 from fennel_dagster.serve.auth import Principal, entities_of
 from fennel_dagster.serve.frames import BadRequest, columns, frame, timestamps, to_json_columns
 from fennel_dagster.serve.queries import explain
@@ -121,7 +123,7 @@ async def lookup(request: Request) -> Response:
         raise BadRequest(
             f"keys: {name} is keyed by {', '.join(ds.keys)}; missing {', '.join(missing)}"
         )
-    keys = frame({k: data[k] for k in ds.keys}, types, "keys")
+    keys = frame(coerced_keys({k: data[k] for k in ds.keys}, types), types, "keys")
     ts = timestamps(body.get("timestamps"), len(keys), "timestamps")
     df, found = await server.runner.lookup(
         job, keys, ts, fields, server.state.routes, server.state.service_secret
@@ -130,6 +132,59 @@ async def lookup(request: Request) -> Response:
     if request.query_params.get("typed") == "true":
         payload["types"] = {c: codec.to_jsonable(types[c]) for c in df.columns}
     return JSON(payload)
+
+
+def coerced_keys(data: dict[str, list[Any]], types: dict[str, Any]) -> dict[str, list[Any]]:
+    """Key values cast to their fields' types as every client's lookups cast them (an int 1
+    asked of a str key is "1", ``query.lookup.as_key_types``); what does not cast is refused
+    by ``frame``, naming the field."""
+    raw = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in data.items()})
+    cast = as_key_types(raw, types)
+    return {k: [None if v is None or v is pd.NA else v for v in cast[k].tolist()] for k in data}
+
+
+async def inspect(request: Request) -> Response:
+    """Fennel's ``GET /dataset/{name}/inspect?n=``: the dataset's ``n`` newest rows."""
+    raw = request.query_params.get("n", "10")
+    if not raw.isdigit() or int(raw) < 1:
+        raise BadRequest(f"n: the number of rows to show, a positive integer (got {raw!r})")
+    return await _rows(request, int(raw))
+
+
+async def dataset_rows(request: Request) -> Response:
+    """Every row of a dataset (what the mock's ``get_dataset_df`` answers)."""
+    return await _rows(request, None)
+
+
+async def _rows(request: Request, newest: int | None) -> Response:
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    name = request.path_params["name"]
+    principal.require_entities([name])
+    df, ds = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.dataset_rows, branch, name, newest
+    )
+    types = {f.name: f.dtype for f in ds.fields}
+    return JSON({"data": to_json_columns(df),
+                 "types": {c: codec.to_jsonable(types[c]) for c in df.columns}})  # fmt: skip
+
+
+async def erase(request: Request) -> Response:
+    """Fennel's ``POST /dataset/{name}/erase`` with ``erase_keys`` (rows or columns)."""
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("commit", branch)
+    name = request.path_params["name"]
+    principal.require_entities([name])
+    body = await body_json(request)
+    keys = pd.DataFrame(columns(body.get("erase_keys"), "erase_keys"))
+    reply = await asyncio.get_running_loop().run_in_executor(
+        server.runner.threads, server.erase, branch, name, keys
+    )
+    return JSON(reply)
 
 
 async def log(request: Request) -> Response:

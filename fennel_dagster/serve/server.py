@@ -18,6 +18,7 @@ from fennel_dagster.api import LogResult
 from fennel_dagster.client.local import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.protocol import CommitOutcome
+from fennel_dagster.engine.dataset_rows import dataset_topic, read_rows
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import offline_queries, server_stats
 from fennel_dagster.metadata.db import connect
@@ -82,11 +83,14 @@ class Server:
     def log_rows(
         self, branch: str, webhook: str, endpoint: str, rows: list[dict[str, Any]]
     ) -> LogResult:
-        inboxes = self.state.graph(branch).webhook_inboxes(webhook, endpoint)
+        self.state.graph(branch)  # the logging client's branch must exist
+        inboxes: dict[str, int] = {}  # a webhook is the namespace's: every branch's sources
+        for graph in self.state.graphs.values():
+            inboxes.update(graph.webhook_inboxes(webhook, endpoint))
         if not inboxes:
             raise BadRequest(
-                f"webhook {webhook}.{endpoint}: no dataset on branch {branch!r} has a source "
-                f"Webhook(name={webhook!r}).endpoint({endpoint!r}); commit one first"
+                f"webhook {webhook}.{endpoint}: no committed dataset has a source "
+                f"Webhook(name={webhook!r}).endpoint({endpoint!r}) on any branch; commit one"
             )
         if self._producer is None:
             self._producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
@@ -99,6 +103,17 @@ class Server:
                 f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
             )
         return LogResult(len(rows))
+
+    def dataset_rows(
+        self, branch: str, name: str, newest: int | None
+    ) -> tuple[pd.DataFrame, spec.DatasetSpec]:
+        """A dataset's rows (``newest``: its newest by timestamp), read from its topic."""
+        topic, ds = dataset_topic(self.state.graph(branch).jobs, name)
+        return read_rows(self.settings.kafka_servers, topic, ds, newest), ds
+
+    def erase(self, branch: str, name: str, keys: pd.DataFrame) -> dict[str, Any]:
+        with self._client(branch) as client:
+            return dict(client.erase(name, keys).json())
 
     def _client(self, branch: str) -> LocalClient:
         return LocalClient(self.settings, branch=branch, author="query-server",

@@ -75,7 +75,7 @@ def main() -> None:
     schema, branch, name = sys.argv[1:4]
     with LocalClient(settings_for(schema), branch=branch) as client:
         out = client.commit(f"commit {name} from pid {os.getpid()}", GRAPHS[name]())
-        print(f"committed {out.commit_id}")  # type: ignore[union-attr]
+        print(f"committed {out.outcome.commit_id}")  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

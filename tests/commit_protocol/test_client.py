@@ -21,7 +21,7 @@ pytestmark = pytest.mark.services
 def test_preview_prints_the_diff_and_creates_nothing(
     client: LocalClient, schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    d = client.commit("v1", GRAPHS["v1"](), preview=True)
+    d = client.commit("v1", GRAPHS["v1"](), preview=True).outcome
     assert isinstance(d, BlueprintDiff) and d.create and not d.reuse and not d.release
     out = capsys.readouterr().out
     assert f"create   topic            {schema}.ds.T.v1." in out
@@ -61,7 +61,7 @@ def test_clone_copies_references_only_and_branches_diverge(
             return client.conn.execute("SELECT count(*) FROM assets").fetchone()[0]  # type: ignore[index]
 
     before = bank_size()
-    copied = client.clone_branch("exp")
+    copied = client.clone_branch("exp").json()["refs"]
     assert copied > 0 and bank_size() == before  # references only: no asset created
     assert_invariants(client)
     client.commit("v2 on exp", GRAPHS["v2"](), branch="exp")

@@ -73,7 +73,8 @@ def test_client_commit_through_the_commit_sensor_makes_the_assets_appear(
     t0 = time.monotonic()
     with LocalClient(s, via_dagster=True) as client:
         result = client.commit("payments v1", datasets=DATASETS, featuresets=FEATURESETS)
-    assert isinstance(result, CommitSummary) and result.created and result.branch == "main"
+    summary = result.outcome
+    assert isinstance(summary, CommitSummary) and summary.created and summary.branch == "main"
     deadline = time.monotonic() + 60
     while "main/UserSpend" not in asset_paths(s):
         assert time.monotonic() < deadline, "assets did not appear after the commit"

@@ -136,7 +136,7 @@ def loaded(serving: Serving):  # type: ignore[no-untyped-def]
     ev = generate(n_users=12, n_merchants=6, n_transactions=300, days=3)
     admin = Client(serving.url, serving.token("admin", ("admin",)))
     outcome = admin.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
-    assert outcome["commit_id"] > 0
+    assert outcome.json()["commit_id"] > 0
     assert admin.log("ops_webhook", "merchants", ev.merchants).accepted == len(ev.merchants)
     assert admin.log("ops_webhook", "users", ev.users).accepted == len(ev.users)
     mids = pd.DataFrame({"merchant_id": ev.merchants.merchant_id})
