@@ -17,12 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fennel_dagster.api import LogResult
+from fennel_dagster.ops.rows import base_type
 from fennel_dagster.query.lookup import as_key_types
 from fennel_dagster.serve.auth import Principal, entities_of
 from fennel_dagster.serve.frames import BadRequest, columns, frame, timestamps, to_json_columns
 from fennel_dagster.serve.queries import explain
 from fennel_dagster.serve.server import Server
-from fennel_dagster.wire import codec
+from fennel_dagster.wire import codec, spec
 
 BRANCH_HEADER = "x-fennel-branch"
 MAX_BODY = 32 * 1024 * 1024
@@ -137,10 +138,14 @@ async def lookup(request: Request) -> Response:
 def coerced_keys(data: dict[str, list[Any]], types: dict[str, Any]) -> dict[str, list[Any]]:
     """Key values cast to their fields' types as every client's lookups cast them (an int 1
     asked of a str key is "1", ``query.lookup.as_key_types``); what does not cast is refused
-    by ``frame``, naming the field."""
-    raw = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in data.items()})
-    cast = as_key_types(raw, types)
-    return {k: [None if v is None or v is pd.NA else v for v in cast[k].tolist()] for k in data}
+    by ``frame``, naming the field, as is a null. Datetimes are left to ``frame``, which reads
+    Fennel's epoch milliseconds."""
+    whole = [k for k, v in data.items()  # nulls are refused; datetimes read as frame reads them
+             if all(x is not None for x in v)
+             and not isinstance(base_type(types[k]), spec.TimestampType)]  # fmt: skip
+    raw = pd.DataFrame({k: pd.Series(data[k], dtype=object) for k in whole})
+    cast = as_key_types(raw, {k: types[k] for k in whole})
+    return {k: cast[k].tolist() if k in whole else v for k, v in data.items()}
 
 
 async def inspect(request: Request) -> Response:
