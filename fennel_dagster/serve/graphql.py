@@ -357,8 +357,9 @@ class Mutation:
         data = columns(rows, "rows")
         records = [dict(zip(data, vals, strict=True)) for vals in zip(*data.values(), strict=True)]
         result = await asyncio.get_running_loop().run_in_executor(
-            ctx.server.runner.threads, ctx.server.log_rows, ctx.branch, webhook, endpoint, records
-        )
+            ctx.server.runner.threads, ctx.server.log_rows, ctx.branch, webhook, endpoint, records,
+            lambda reached: ctx.principal.require("log", reached),
+        )  # fmt: skip
         return LogAccepted(accepted=result.accepted)
 
 

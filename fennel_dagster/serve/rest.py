@@ -205,7 +205,13 @@ async def log(request: Request) -> Response:
     data = columns(body.get("data"), "data")
     rows = [dict(zip(data, vals, strict=True)) for vals in zip(*data.values(), strict=True)]
     result: LogResult = await asyncio.get_running_loop().run_in_executor(
-        server.runner.threads, server.log_rows, branch, webhook, endpoint, rows
+        server.runner.threads,
+        server.log_rows,
+        branch,
+        webhook,
+        endpoint,
+        rows,
+        lambda reached: principal.require("log", reached),
     )
     return JSON(result.json())
 

@@ -7,6 +7,7 @@ import io
 import os
 import socket
 import threading
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from typing import Any
 
@@ -81,12 +82,24 @@ class Server:
     # ------------------------------------------------------------------ writes
 
     def log_rows(
-        self, branch: str, webhook: str, endpoint: str, rows: list[dict[str, Any]]
+        self,
+        branch: str,
+        webhook: str,
+        endpoint: str,
+        rows: list[dict[str, Any]],
+        may_log: Callable[[str], None] | None = None,
     ) -> LogResult:
+        """Rows into the endpoint's inbox topic, which every branch's datasets sourcing the
+        webhook read (a webhook is the namespace's, as in Fennel). ``may_log`` is called with
+        each branch the rows reach (to refuse a token that may not log there) before any
+        row is sent."""
         self.state.graph(branch)  # the logging client's branch must exist
-        inboxes: dict[str, int] = {}  # a webhook is the namespace's: every branch's sources
+        inboxes: dict[str, int] = {}
         for graph in self.state.graphs.values():
-            inboxes.update(graph.webhook_inboxes(webhook, endpoint))
+            reached = graph.webhook_inboxes(webhook, endpoint)
+            if reached and may_log is not None:
+                may_log(graph.name)
+            inboxes.update(reached)
         if not inboxes:
             raise BadRequest(
                 f"webhook {webhook}.{endpoint}: no committed dataset has a source "

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, field
-from fennel_dagster.api import FennelClient, LogResult, Response
+from fennel_dagster.api import FennelClient, LogResult, Response, ResponseError
 from fennel_dagster.client import Client, LocalClient
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.errors import ClientError, FennelError
@@ -286,3 +286,22 @@ def test_webhook_rows_reach_every_branch_that_sources_it(client: FennelClient) -
     keys = pd.DataFrame({"pid": [pid]})
     _until(lambda: bool(client.lookup(Ping, keys)[1].all()), "route the rows to main", 60)
     assert client.lookup(Ping, keys, fields=["note"])[0].tolist() == [p]
+
+
+def test_a_token_logs_only_where_it_may_log_every_branch_the_rows_reach(
+    committed: dict[str, FennelClient], serving: Serving
+) -> None:
+    """Over HTTP: the rows reach main's datasets too, so a token limited to other branches
+    is refused, naming main, and no row is sent."""
+    admin = committed["http"]
+    admin.init_branch("limited-bare")
+    admin.checkout("main")
+    token = serving.token("limited", ("log", "query"), branches=("limited-*",))
+    rows = pd.DataFrame({"pid": [999], "note": ["no"], "ts": [T0]})
+    with Client(serving.url, token, branch="limited-bare") as limited:
+        with pytest.raises(ResponseError, match="may not use branch 'main'") as e:
+            limited.log("conformance", "Ping", rows)
+        assert e.value.status == 403
+    admin.delete_branch("limited-bare")
+    time.sleep(2)  # what the engine would have read by now, had a row been sent
+    assert not admin.lookup(Ping, pd.DataFrame({"pid": [999]}))[1].any()
