@@ -153,6 +153,11 @@ def _s3_sink(name: str, where: str, out: SinkSpec,
                 "the dataset, with its own column names)",
                 f"drop {what} from @sink (rename or filter in a pipeline into another dataset "
                 "and sink that), or select this sink out with env=")  # fmt: skip
+    if out.every is not None:
+        yield Violation(name, where,
+            f"the platform does not apply every={out.every}s to S3 sinks (its writer appends "
+            "each batch of changes as it comes, not on a schedule)",
+            "drop every= from @sink, or select this sink out with env=")  # fmt: skip
     platform = get_settings().s3_bucket
     if bucket == platform:
         yield Violation(name, where,

@@ -65,6 +65,25 @@ def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]
                                       "use cdc='upsert' (rows replace earlier rows of the same key)")  # fmt: skip
 
 
+def unread_source_options(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """``bounded``/``idleness``: no executor treats a source as exhausted (the engine reads
+    every source for as long as it runs), so a commit that asks for it is refused rather than
+    silently read as an unbounded source."""
+    for ds in g.datasets.values():
+        for src in ds.sources:
+            where = f"@source {src.connector.kind} {src.connector.name}"
+            given = [f"`bounded`={src.bounded}" if src.bounded else "",
+                     f"`idleness`={src.idleness}s" if src.idleness is not None else ""]  # fmt: skip
+            given = [g for g in given if g]
+            if given:
+                yield Violation(ds.name, where,
+                    f"source parameter {' and '.join(given)} is not supported here: no "
+                    "executor marks a source exhausted after a quiet spell, it reads every "
+                    "source for as long as it runs",
+                    "remove bounded= and idleness= from @source (the source is then read as "
+                    "unbounded, which gives the same rows while data keeps arriving)")  # fmt: skip
+
+
 def source_filters(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     """A source's ``where=`` expression is typed over the dataset's fields, so a bad one is
     rejected here rather than by the first rows logged. One that reads a raw column beyond
@@ -343,7 +362,7 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viola
 
 
 RULES: tuple[Rule, ...] = (
-    owners, source_xor_pipeline, cdc_vs_keys, source_filters, timestamps_and_keys, pipeline_schemas,
+    owners, source_xor_pipeline, cdc_vs_keys, unread_source_options, source_filters, timestamps_and_keys, pipeline_schemas,
     terminal_inputs, extractors, windows, immutability, deletions, deleted_not_used,
     engine_shapes,
 )  # fmt: skip

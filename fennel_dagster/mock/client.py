@@ -46,6 +46,7 @@ from fennel_dagster.ops.rows import loads, to_records, typed_series
 from fennel_dagster.ops.schema import BadRow, check_rows
 from fennel_dagster.ops.source_rules import (
     event_time_problem,
+    in_time_range,
     ints_as_text,
     preprocess,
     text_fields,
@@ -349,6 +350,8 @@ class MockClient:
             df = ints_as_text(df, text_fields(ds))
         good, bad = check_rows(ds, df)
         if from_source and not good.empty:
+            good = _in_time_range(ds, ds.sources if sources is None else sources, good)
+        if from_source and not good.empty:
             good, late = _event_time_bounds(ds, ds.sources if sources is None else sources, good)
             bad += late
         result = LogResult(len(good), bad)
@@ -585,6 +588,18 @@ def _apply_source_rules(sources: Sequence[spec.SourceSpec], df: pd.DataFrame) ->
         out = preprocess(src, out)
         out = out[where_mask(src, out).to_numpy()]
     return out.reset_index(drop=True)
+
+
+def _in_time_range(
+    ds: spec.DatasetSpec, sources: Sequence[spec.SourceSpec], rows: pd.DataFrame
+) -> pd.DataFrame:
+    """The rows inside a source's ``since``/``until`` (as the engine's source job drops the
+    others: quietly, not as error rows)."""
+    if not any(s.since is not None or s.until is not None for s in sources):
+        return rows
+    stamps = pd.to_datetime(rows[ds.timestamp], utc=True)
+    keep = [all(in_time_range(s, ts.value) for s in sources) for ts in stamps]
+    return rows[keep].reset_index(drop=True)
 
 
 def _event_time_bounds(
