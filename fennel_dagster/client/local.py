@@ -369,12 +369,18 @@ class LocalClient:
 
     # ---------------------------------------------------------------- write path
 
-    def log(self, webhook: str, endpoint: str, df: pd.DataFrame) -> LogResult:
+    def log(
+        self, webhook: str, endpoint: str, df: pd.DataFrame, batch_size: int = 1000
+    ) -> LogResult:
         """Send rows to a webhook endpoint (``Webhook(name=webhook).endpoint(endpoint)``).
 
-        The rows go to the endpoint's inbox topic; every dataset sourcing from the endpoint
-        ingests them (schema-checked, bad rows to its error topic).
+        The rows go to the endpoint's inbox topic, ``batch_size`` at a time (each batch
+        acknowledged by Kafka before the next is sent, as Fennel's client posts one batch a
+        request); every dataset sourcing from the endpoint ingests them (schema-checked, bad
+        rows to its error topic).
         """
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ClientError(f"log(batch_size={batch_size!r}): give a whole number of rows >= 1")
         with self.conn.transaction():
             jobs = registry.branch_jobs(self.conn, self.branch, self._jobs)
         inboxes = registry.webhook_inboxes(jobs, webhook, endpoint)
@@ -386,11 +392,13 @@ class LocalClient:
         producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
                              "enable.idempotence": True})  # fmt: skip
         records = to_records(df)
-        for topic, partitions in inboxes.items():
-            for i, rec in enumerate(records):
-                producer.produce(topic, dumps(rec), partition=i % partitions)
-        if producer.flush(30):
-            raise ClientError(
-                f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
-            )
+        for start in range(0, len(records), batch_size):
+            for topic, partitions in inboxes.items():
+                for i, rec in enumerate(records[start : start + batch_size], start):
+                    producer.produce(topic, dumps(rec), partition=i % partitions)
+            if producer.flush(30):
+                raise ClientError(
+                    f"log to {webhook}.{endpoint}: Kafka did not acknowledge rows "
+                    f"{start}..{start + batch_size - 1} in 30 s (rows before them were logged)"
+                )
         return LogResult(len(records))

@@ -275,10 +275,14 @@ class MockClient:
         webhook: DatasetRef,
         endpoint: str | pd.DataFrame,
         df: pd.DataFrame | None = None,
+        batch_size: int = 1000,
     ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
-        ``log(Dataset, df)``."""
+        ``log(Dataset, df)``. ``batch_size`` rows at a time reach the pipelines, as the
+        platform's clients send them (Fennel's default: 1000)."""
         self._existing()
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise MockError(f"log(batch_size={batch_size!r}): give a whole number of rows >= 1")
         if df is None:
             if not isinstance(endpoint, pd.DataFrame):
                 raise MockError(
@@ -296,7 +300,9 @@ class MockClient:
             names = [b for b in self.list_branches() if b != here]
             for name in names + ([here] if here is not None else []):
                 self._enter(name)
-                results += self._log_here(str(webhook), endpoint, df)
+                for start in range(0, max(len(df), 1), batch_size):
+                    part = df.iloc[start : start + batch_size].reset_index(drop=True)
+                    results += self._log_here(str(webhook), endpoint, part)
         finally:
             if here is not None:
                 self._enter(here)

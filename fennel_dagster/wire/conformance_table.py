@@ -421,12 +421,12 @@ TABLE: dict[str, Entry] = {
         moot=(LOGGED,),
     ),
     "SourceSpec.since": Consumed(
-        (f"{SOURCE_RULES}::in_time_range", f"{SOURCE_JOB}::SourceJob.__init__"),
+        (f"{SOURCE_JOB}::SourceJob.__init__", f"{SOURCE_RULES}::in_time_range"),
         "tests/mock/test_source_range.py::test_since_and_until_keep_the_same_rows_on_the_mock_and_the_engine",
         moot=(SPARK_INGESTED,),
     ),
     "SourceSpec.until": Consumed(
-        (f"{SOURCE_RULES}::in_time_range", f"{SOURCE_JOB}::SourceJob.__init__"),
+        (f"{SOURCE_JOB}::SourceJob.__init__", f"{SOURCE_RULES}::in_time_range"),
         "tests/mock/test_source_range.py::test_since_and_until_keep_the_same_rows_on_the_mock_and_the_engine",
         moot=(SPARK_INGESTED,),
     ),
