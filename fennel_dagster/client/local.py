@@ -219,8 +219,11 @@ class LocalClient:
         with self.conn.transaction():
             return branches.list_branches(self.conn)
 
-    def checkout(self, name: str) -> spec.CommitSpec | None:
-        """Switch this client to branch ``name``; returns its committed graph."""
+    def checkout(self, name: str, init: bool = False) -> spec.CommitSpec | None:
+        """Switch this client to branch ``name``; returns its committed graph. With ``init``
+        (Fennel's), a branch that does not exist is created empty first."""
+        if init and name not in self.list_branches():
+            self.init_branch(name)
         with self.conn.transaction():
             graph = branches.checkout(self.conn, name)
         self.branch = name

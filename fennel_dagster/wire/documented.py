@@ -102,7 +102,7 @@ DOCUMENTED: dict[str, dict[str, Mapping]] = {
     "client/cancel-offline-query.md": {"request_id": _clients("cancel_offline_query")},
     "client/checkout.md": {
         "name": _clients("checkout"),
-        "init": _clients("checkout", "LocalClient.checkout takes no init=", local=False),
+        "init": _clients("checkout"),
     },
     "client/clone-branch.md": {
         "name": _clients("clone_branch"),
