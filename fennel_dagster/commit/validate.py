@@ -65,23 +65,26 @@ def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]
                                       "use cdc='upsert' (rows replace earlier rows of the same key)")  # fmt: skip
 
 
+POLLED_SOURCES = ("postgres", "s3")
+"""Sources read by polling (``batch.pg_ingest``, ``batch.s3_ingest``): the ones that can end."""
+
+
 def unread_source_options(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
-    """``bounded``/``idleness``: no executor treats a source as exhausted (the engine reads
-    every source for as long as it runs), so a commit that asks for it is refused rather than
+    """``bounded``/``idleness`` on a source the platform reads continuously (Kafka, webhook):
+    only the pollers of Postgres and S3 sources stop asking an exhausted bounded source
+    (``batch.exhaustion``), so elsewhere a commit that asks for it is refused rather than
     silently read as an unbounded source."""
     for ds in g.datasets.values():
         for src in ds.sources:
+            if not src.bounded or src.connector.kind in POLLED_SOURCES:
+                continue
             where = f"@source {src.connector.kind} {src.connector.name}"
-            given = [f"`bounded`={src.bounded}" if src.bounded else "",
-                     f"`idleness`={src.idleness}s" if src.idleness is not None else ""]  # fmt: skip
-            given = [g for g in given if g]
-            if given:
-                yield Violation(ds.name, where,
-                    f"source parameter {' and '.join(given)} is not supported here: no "
-                    "executor marks a source exhausted after a quiet spell, it reads every "
-                    "source for as long as it runs",
-                    "remove bounded= and idleness= from @source (the source is then read as "
-                    "unbounded, which gives the same rows while data keeps arriving)")  # fmt: skip
+            yield Violation(ds.name, where,
+                f"source parameter `bounded`=True (with `idleness`) is not supported on "
+                f"{src.connector.kind} sources: the platform reads them continuously and "
+                "never closes one after a quiet spell (it does for Postgres and S3 sources)",
+                "remove bounded= and idleness= from @source (the source is then read as "
+                "unbounded, which gives the same rows while data keeps arriving)")  # fmt: skip
 
 
 def source_filters(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:

@@ -440,8 +440,21 @@ TABLE: dict[str, Entry] = {
         "tests/compat/test_fennel_api.py::test_source_preproc_ref_eval_and_sample",
         moot=(SPARK_INGESTED,),
     ),
-    "SourceSpec.bounded": Refused(f"{VALIDATE}::unread_source_options", True),
-    "SourceSpec.idleness": Refused(f"{VALIDATE}::unread_source_options", 3600),
+    "SourceSpec.bounded": Consumed(
+        (
+            "fennel_dagster/batch/exhaustion.py::Exhaustion.__init__",
+            f"{VALIDATE}::unread_source_options",
+        ),
+        "tests/batch/test_exhaustion.py::test_a_postgres_poller_stops_asking_a_bounded_source_after_idleness",
+        via=(("engine", "fennel_dagster/engine/runner.py::run_forever"),),
+        moot=(LOGGED,),
+    ),
+    "SourceSpec.idleness": Consumed(
+        ("fennel_dagster/batch/exhaustion.py::Exhaustion.__init__",),
+        "tests/batch/test_exhaustion.py::test_an_s3_poller_stops_listing_a_bounded_source_after_idleness",
+        via=(("engine", "fennel_dagster/engine/runner.py::run_forever"),),
+        moot=(LOGGED,),
+    ),
     "SourceSpec.earliest": Consumed(
         (f"{SOURCE_RULES}::event_time_problem",),
         "tests/engine/test_poison.py::test_an_event_before_the_sources_earliest_is_an_error_row",

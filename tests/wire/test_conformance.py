@@ -161,10 +161,6 @@ def _with_erase_key() -> type:
 # (the declaration, the IR holding the field, the words the error must contain)
 DECLARE: dict[str, tuple[Callable[[], type], Callable[[spec.DatasetSpec], object], str]] = {
     "DatasetSpec.erase_keys": (_with_erase_key, lambda d: d.erase_keys, "`erase_key`"),
-    "SourceSpec.bounded": (lambda: _with_source(bounded=True, idleness="1h"),
-                           lambda d: d.sources[0].bounded, "`bounded`"),
-    "SourceSpec.idleness": (lambda: _with_source(bounded=True, idleness="1h"),
-                            lambda d: d.sources[0].idleness, "`idleness`"),
     "SinkSpec.every": (lambda: _with_s3_sink(every="1h"), lambda d: d.sinks[0].every, "every="),
     "SinkSpec.renames": (lambda: _with_s3_sink(renames={"a": "b"}),
                          lambda d: d.sinks[0].renames, "renames="),
