@@ -96,10 +96,12 @@ def _param_row(page: str, name: str) -> str:
         return f"| {page} | `{_esc(name)}` | - | {refused} | {refused} | {refused} | |"
     if isinstance(m, Handled):
         on = {
-            "mock": any("/mock/" in a for a in m.at),
+            "mock": any("/mock/" in a or "/declare/" in a for a in m.at),
             "engine": any("/mock/" not in a for a in m.at),
         }
         mark = {ex: ("yes" if ok else "**no**") for ex, ok in on.items()}
+        if page.startswith("rest-api/"):
+            mark["mock"] = "n/a (no server)"
         where = ", ".join(f"`{_short(a)}`" for a in m.at) or "-"
         note = f"**{m.missing}**" if m.missing else ""
         return (
