@@ -100,9 +100,12 @@ class Client:
         self._call("POST", "/api/v1/init", json={}, branch=name)
         self._branch = name
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
-        self._call("POST", "/api/v1/init", json={"clone_from": from_branch or self._branch},
-                   branch=name)  # fmt: skip
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> None:
+        """Clone ``from_branch`` (or ``from_name``, as Fennel's reference page names it)."""
+        source = from_branch or from_name or self._branch
+        self._call("POST", "/api/v1/init", json={"clone_from": source}, branch=name)
         self._branch = name
 
     def delete_branch(self, name: str) -> None:

@@ -209,8 +209,12 @@ class LocalClient:
         branches.init_branch(self.conn, name)
         self.branch = name
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> int:
-        return branches.clone_branch(self.conn, self.lock_conn, from_branch or self.branch, name)
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> int:
+        """Clone ``from_branch`` (or ``from_name``, as Fennel's reference page names it)."""
+        source = from_branch or from_name or self.branch
+        return branches.clone_branch(self.conn, self.lock_conn, source, name)
 
     def delete_branch(self, name: str) -> None:
         branches.delete_branch(self.conn, self.lock_conn, self.physical, name)

@@ -142,8 +142,12 @@ class MockClient:
         self._park()
         return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
-        source = from_branch or self.branch
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> Done:
+        """Clone ``from_branch`` (Fennel's client's name; its reference page says
+        ``from_name``, also taken) into ``name``, and check it out."""
+        source = from_branch or from_name or self.branch
         known = self.list_branches()
         if name in known:
             raise MockError(f"branch {name!r} already exists: pick another name")

@@ -106,11 +106,7 @@ DOCUMENTED: dict[str, dict[str, Mapping]] = {
     },
     "client/clone-branch.md": {
         "name": _clients("clone_branch"),
-        "from_name": Handled(
-            (),
-            "the clients take it as from_branch=, as Fennel's own client does (its page says "
-            "from_name)",
-        ),
+        "from_name": _clients("clone_branch"),
     },
     "client/commit.md": {
         "message": _c("CommitSpec.message"),

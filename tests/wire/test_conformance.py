@@ -183,6 +183,9 @@ def test_a_refused_field_is_refused_naming_the_parameter_and_the_fix(key: str) -
     cls = build()
     commit = commit_spec("c", [cls], [])
     assert read(commit.datasets[0]) == entry.value  # the declaration sets the field
+    cls_name, attr = key.split(".")
+    default = next(f for f in dataclasses.fields(getattr(spec, cls_name)) if f.name == attr)
+    assert entry.value != default.default, f"{key}: {entry.value!r} is the default"
 
     errors = DefinitionServer().process_spec(commit, None).errors
     _names_parameter_and_fix(key, cls.__name__, errors, words)
