@@ -9,7 +9,9 @@ one markdown section between two markers in docs/compat.md.
     python tools/conformance_matrix.py --check   # exit 1 if the committed section differs
     python tools/conformance_matrix.py --pages <fennel-client clone>  # its documented params
 
-``tests/wire/test_documented.py`` checks that the committed section equals ``render()``.
+``tests/wire/test_documented.py`` checks that the committed section equals ``render()``, and,
+with ``FENNEL_CLIENT_CLONE`` set to such a clone, that ``wire.documented`` lists exactly the
+parameters of its pages.
 """
 
 from __future__ import annotations
