@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Producer
 
+from fennel_dagster.batch.exhaustion import Exhaustion
 from fennel_dagster.batch.ledger import read_ledger
 from fennel_dagster.batch.s3_ingest import inbox_partition
 from fennel_dagster.errors import ExecutionError
@@ -241,15 +243,25 @@ class PostgresPoller:
         self.settings, self.job, self.spark = settings, job, spark
         self.total = PullReport()
 
-    def run(self, stop: threading.Event, beat: Callable[[], None]) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        beat: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         every = float(self.job.source.every or 60)
+        end = Exhaustion(self.job.source, clock(), where(self.job))
         while not stop.is_set():
             beat()
+            if end.exhausted(clock()):
+                stop.wait(every)
+                continue
             try:
                 r = pull(self.spark, self.settings, self.job)
             except PostgresSourceError as e:
                 log.error("%s", e)  # reported each poll until fixed; nothing is lost
             else:
+                end.saw(r.rows, clock())
                 self.total.rows += r.rows
                 if r.rows:
                     log.info("%s: %d row(s) sent, cursor at %s", where(self.job), r.rows, r.cursor)

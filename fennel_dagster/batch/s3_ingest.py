@@ -21,6 +21,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import pandas as pd
 from confluent_kafka import Producer
 
+from fennel_dagster.batch.exhaustion import Exhaustion
 from fennel_dagster.batch.ledger import read_ledger
 from fennel_dagster.errors import ExecutionError
 from fennel_dagster.ops.rows import base_type
@@ -320,10 +322,19 @@ class S3Poller:
         self.settings, self.job, self.spark = settings, job, spark
         self.total = IngestReport()
 
-    def run(self, stop: threading.Event, beat: Callable[[], None]) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        beat: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         every = float(self.job.source.every or 60)
+        end = Exhaustion(self.job.source, clock(), where(self.job))
         while not stop.is_set():
             beat()
+            if end.exhausted(clock()):
+                stop.wait(every)
+                continue
             try:
                 files = list_files(self.settings, self.job)
             except S3SourceError as e:
@@ -331,6 +342,7 @@ class S3Poller:
                 files = []
             if files:
                 r = ingest(self.spark, self.settings, self.job, files)
+                end.saw(r.files, clock())
                 self.total.files += r.files
                 self.total.rows += r.rows
                 if r.files:

@@ -108,8 +108,11 @@ class Client:
         self._branch = name
         return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
-        source = from_branch or self._branch
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> Done:
+        """Clone ``from_branch`` (or ``from_name``, as Fennel's reference page names it)."""
+        source = from_branch or from_name or self._branch
         self._call("POST", "/api/v1/init", json={"clone_from": source}, branch=name)
         self._branch = name
         return Done(f"cloned branch {source!r} into {name!r}")

@@ -234,9 +234,12 @@ class LocalClient:
         self.branch = name
         return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
-        """A new branch with ``from_branch``'s definitions and data, checked out."""
-        source = from_branch or self.branch
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> Done:
+        """A new branch with ``from_branch``'s (or ``from_name``'s, as Fennel's reference page
+        names it) definitions and data, checked out."""
+        source = from_branch or from_name or self.branch
         refs = branches.clone_branch(self.conn, self.lock_conn, source, name)
         self.branch = name
         return Done(f"cloned branch {source!r} into {name!r}", details={"refs": refs})
@@ -471,8 +474,8 @@ class LocalClient:
         each ingests them (schema-checked, bad rows to its error topic). They are sent
         ``batch_size`` rows at a time, each batch acknowledged by Kafka before the next.
         """
-        if batch_size < 1:
-            raise ClientError(f"log({webhook}.{endpoint}): batch_size must be at least 1")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ClientError(f"log(batch_size={batch_size!r}): give a whole number of rows >= 1")
         inboxes = webhook_inboxes(self._branch_jobs, self.list_branches(), self.branch,
                                   webhook, endpoint)  # fmt: skip
         producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
@@ -484,7 +487,8 @@ class LocalClient:
                     producer.produce(topic, dumps(rec), partition=i % partitions)
             if producer.flush(30):
                 raise ClientError(
-                    f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
+                    f"log to {webhook}.{endpoint}: Kafka did not acknowledge rows "
+                    f"{start}..{start + batch_size - 1} in 30 s (rows before them were logged)"
                 )
         return LogResult(len(records))
 

@@ -4,6 +4,8 @@
   cut into stages (``commit.stages``).
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
   logged to it directly): sources the streaming engine has no reader for.
+- ``erase_keys`` (definition server only): ``field(erase_key=True)``, which only the mock's
+  ``erase`` reads.
 - ``sinks`` (definition server only): sinks the platform cannot write: Snowflake, Kafka on
   another cluster than the platform's (a connection with no ``bootstrap_servers`` is the
   platform's, as it is for Kafka sources), S3 sinks it cannot write as a Delta table of its
@@ -153,6 +155,11 @@ def _s3_sink(name: str, where: str, out: SinkSpec,
                 "the dataset, with its own column names)",
                 f"drop {what} from @sink (rename or filter in a pipeline into another dataset "
                 "and sink that), or select this sink out with env=")  # fmt: skip
+    if out.every is not None:
+        yield Violation(name, where,
+            f"the platform does not apply every={out.every}s to S3 sinks (its writer appends "
+            "each batch of changes as it comes, not on a schedule)",
+            "drop every= from @sink, or select this sink out with env=")  # fmt: skip
     platform = get_settings().s3_bucket
     if bucket == platform:
         yield Violation(name, where,
@@ -218,4 +225,16 @@ def _servers(bootstrap: str) -> frozenset[str]:
     return frozenset(x for x in out if x)
 
 
-PLATFORM_RULES = (engine_connectors, sinks)
+def erase_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """The platform has no ``erase`` yet (its clients offer none): a dataset that declares
+    erase keys is refused rather than committed with keys nothing can erase."""
+    for ds in g.datasets.values():
+        for name in ds.erase_keys:
+            yield Violation(ds.name, name,
+                "field parameter `erase_key`=True is not supported on the platform: it cannot "
+                "erase rows yet (only the mock client's erase() does)",
+                f"remove erase_key=True from field {name!r}, or run this code on the mock "
+                "client only")  # fmt: skip
+
+
+PLATFORM_RULES = (engine_connectors, sinks, erase_keys)

@@ -65,6 +65,28 @@ def cdc_vs_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]
                                       "use cdc='upsert' (rows replace earlier rows of the same key)")  # fmt: skip
 
 
+POLLED_SOURCES = ("postgres", "s3")
+"""Sources read by polling (``batch.pg_ingest``, ``batch.s3_ingest``): the ones that can end."""
+
+
+def unread_source_options(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """``bounded``/``idleness`` on a source the platform reads continuously (Kafka, webhook):
+    only the pollers of Postgres and S3 sources stop asking an exhausted bounded source
+    (``batch.exhaustion``), so elsewhere a commit that asks for it is refused rather than
+    silently read as an unbounded source."""
+    for ds in g.datasets.values():
+        for src in ds.sources:
+            if not src.bounded or src.connector.kind in POLLED_SOURCES:
+                continue
+            where = f"@source {src.connector.kind} {src.connector.name}"
+            yield Violation(ds.name, where,
+                f"source parameter `bounded`=True (with `idleness`) is not supported on "
+                f"{src.connector.kind} sources: the platform reads them continuously and "
+                "never closes one after a quiet spell (it does for Postgres and S3 sources)",
+                "remove bounded= and idleness= from @source (the source is then read as "
+                "unbounded, which gives the same rows while data keeps arriving)")  # fmt: skip
+
+
 def source_filters(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     """A source's ``where=`` expression is typed over the dataset's fields, so a bad one is
     rejected here rather than by the first rows logged. One that reads a raw column beyond
@@ -343,7 +365,7 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viola
 
 
 RULES: tuple[Rule, ...] = (
-    owners, source_xor_pipeline, cdc_vs_keys, source_filters, timestamps_and_keys, pipeline_schemas,
+    owners, source_xor_pipeline, cdc_vs_keys, unread_source_options, source_filters, timestamps_and_keys, pipeline_schemas,
     terminal_inputs, extractors, windows, immutability, deletions, deleted_not_used,
     engine_shapes,
 )  # fmt: skip

@@ -43,15 +43,16 @@ class Expr:
     def matches_type(self, dtype: Any, schema: Mapping[str, Any] | None = None) -> bool:
         return bool(self.typeof(schema) == dtype)
 
-    def eval(self, df: pd.DataFrame, schema: Mapping[str, Any] | None = None) -> pd.Series:
-        """The expression over ``df``'s rows, cast to its type, as pipelines compute it;
-        ``schema`` gives the types of the columns of ``df`` (Fennel requires it too)."""
+    def eval(self, input_df: pd.DataFrame, schema: Mapping[str, Any] | None = None) -> pd.Series:
+        """The expression over ``input_df``'s rows, cast to its type, as pipelines compute it;
+        ``schema`` gives the types of its columns (Fennel requires it too). The parameter names
+        are Fennel's: ``expr.eval(input_df=df, schema={...})``."""
         if schema is None:
             raise DeclarationError(
-                "Expr.eval(df, schema) needs the schema: the types of df's columns, e.g. "
-                'expr.eval(df, schema={"amount": int})'
+                "Expr.eval(input_df, schema) needs the schema: the types of input_df's columns, "
+                'e.g. expr.eval(df, schema={"amount": int})'
             )
-        return semantics.installed().eval(self, df, schema)
+        return semantics.installed().eval(self, input_df, schema)
 
     def __init__(self, node: spec.Expr) -> None:
         self.node = node

@@ -317,6 +317,16 @@ def source(
         )
     if cdc not in _CDC:
         raise DeclarationError(f"@source(cdc={cdc!r}): use one of {', '.join(_CDC)}")
+    if bounded and not idleness:
+        raise DeclarationError(
+            "@source(bounded=True) needs idleness=: how long without new data before the "
+            "source is taken as exhausted, e.g. idleness='1h'"
+        )
+    if idleness and not bounded:
+        raise DeclarationError(
+            f"@source(idleness={idleness!r}) is only read with bounded=True: add "
+            "bounded=True, or remove idleness="
+        )
 
     def attach(cls: T) -> T:
         name = getattr(cls, "__name__", "?")

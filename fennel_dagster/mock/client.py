@@ -46,6 +46,7 @@ from fennel_dagster.ops.rows import loads, to_records, typed_series
 from fennel_dagster.ops.schema import BadRow, check_rows
 from fennel_dagster.ops.source_rules import (
     event_time_problem,
+    in_time_range,
     ints_as_text,
     preprocess,
     text_fields,
@@ -141,8 +142,12 @@ class MockClient:
         self._park()
         return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
-        source = from_branch or self.branch
+    def clone_branch(
+        self, name: str, from_branch: str | None = None, from_name: str | None = None
+    ) -> Done:
+        """Clone ``from_branch`` (Fennel's client's name; its reference page says
+        ``from_name``, also taken) into ``name``, and check it out."""
+        source = from_branch or from_name or self.branch
         known = self.list_branches()
         if name in known:
             raise MockError(f"branch {name!r} already exists: pick another name")
@@ -277,11 +282,11 @@ class MockClient:
         batch_size: int = 1000,
     ) -> LogResult:
         """``log("webhook", "endpoint", df)`` like Fennel (its keyword names too), or
-        ``log(Dataset, df)``. ``batch_size``, how many rows the platform's clients send per
-        request, changes nothing here: the mock takes the rows in one step."""
+        ``log(Dataset, df)``. ``batch_size`` rows at a time reach the pipelines, as the
+        platform's clients send them (Fennel's default: 1000)."""
         self._existing()
-        if batch_size < 1:
-            raise MockError(f"log({webhook!r}, ...): batch_size must be at least 1")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise MockError(f"log(batch_size={batch_size!r}): give a whole number of rows >= 1")
         if df is None:
             if not isinstance(endpoint, pd.DataFrame):
                 raise MockError(
@@ -299,7 +304,9 @@ class MockClient:
             names = [b for b in self.list_branches() if b != here]
             for name in names + ([here] if here is not None else []):
                 self._enter(name)
-                results += self._log_here(str(webhook), endpoint, df)
+                for start in range(0, max(len(df), 1), batch_size):
+                    part = df.iloc[start : start + batch_size].reset_index(drop=True)
+                    results += self._log_here(str(webhook), endpoint, part)
         finally:
             if here is not None:
                 self._enter(here)
@@ -352,6 +359,8 @@ class MockClient:
             df = _apply_source_rules(ds.sources if sources is None else sources, df)
             df = ints_as_text(df, text_fields(ds))
         good, bad = check_rows(ds, df)
+        if from_source and not good.empty:
+            good = _in_time_range(ds, ds.sources if sources is None else sources, good)
         if from_source and not good.empty:
             good, late = _event_time_bounds(ds, ds.sources if sources is None else sources, good)
             bad += late
@@ -599,6 +608,18 @@ def _apply_source_rules(sources: Sequence[spec.SourceSpec], df: pd.DataFrame) ->
         out = preprocess(src, out)
         out = out[where_mask(src, out).to_numpy()]
     return out.reset_index(drop=True)
+
+
+def _in_time_range(
+    ds: spec.DatasetSpec, sources: Sequence[spec.SourceSpec], rows: pd.DataFrame
+) -> pd.DataFrame:
+    """The rows inside a source's ``since``/``until`` (as the engine's source job drops the
+    others: quietly, not as error rows)."""
+    if not any(s.since is not None or s.until is not None for s in sources):
+        return rows
+    stamps = pd.to_datetime(rows[ds.timestamp], utc=True)
+    keep = [all(in_time_range(s, ts.value) for s in sources) for ts in stamps]
+    return rows[keep].reset_index(drop=True)
 
 
 def _event_time_bounds(

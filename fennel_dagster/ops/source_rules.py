@@ -1,4 +1,4 @@
-"""A source's ``preproc`` and ``where``, and the ints logged into text fields: the one
+"""A source's ``preproc``, ``where``, ``since``/``until``, and the ints logged into text fields: the one
 implementation the source job and the mock client both apply to incoming rows, before the
 dataset's schema check."""
 
@@ -92,6 +92,14 @@ def where_mask(src: spec.SourceSpec, df: pd.DataFrame, fn: WhereFn | None = None
         assert fn is not None
         return pd.Series(fn(df), index=df.index).astype(bool)
     return pd.Series(evaluate(src.where, df), index=df.index).fillna(False).astype(bool)
+
+
+def in_time_range(src: spec.SourceSpec, ts_ns: int) -> bool:
+    """Whether ``since``/``until`` keep a row stamped ``ts_ns`` (ns since the epoch, UTC):
+    ``since <= ts < until``. A row outside is dropped quietly, not an error row."""
+    if src.since is not None and ts_ns < earliest_ns(src.since):
+        return False
+    return src.until is None or ts_ns < earliest_ns(src.until)
 
 
 def event_time_problem(

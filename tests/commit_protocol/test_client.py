@@ -97,3 +97,43 @@ def test_a_commit_against_a_stale_head_fails_with_the_fix(client: LocalClient) -
             "stale",
             expected_head=0,
         )
+
+
+def test_checkout_with_init_creates_a_missing_branch_and_without_it_refuses(
+    client: LocalClient,
+) -> None:
+    with pytest.raises(Exception, match="fresh"):
+        client.checkout("fresh")
+    assert "fresh" not in client.list_branches()
+    assert client.checkout("fresh", init=True) is None  # created empty, checked out
+    assert client.branch == "fresh" and "fresh" in client.list_branches()
+    assert client.checkout("fresh", init=True) is None  # already there: just checked out
+
+
+def test_log_sends_every_row_in_batches_of_batch_size_and_refuses_a_bad_one(
+    client: LocalClient,
+) -> None:
+    import pandas as pd
+    from confluent_kafka import Consumer, TopicPartition
+
+    from fennel_dagster.errors import ClientError
+    from fennel_dagster.metadata import registry
+
+    client.commit("v1", GRAPHS["v1"]())
+    rows = pd.DataFrame({"uid": [1, 2, 3, 4, 5], "amount": [1.0] * 5,
+                         "ts": pd.date_range("2026-01-01", periods=5, freq="min", tz="UTC")})  # fmt: skip
+    assert client.log("hook", "t", rows, batch_size=2).accepted == 5
+    with client.conn.transaction():
+        jobs = registry.branch_jobs(client.conn, client.branch, {})
+    ((topic, partitions),) = registry.webhook_inboxes(jobs, "hook", "t").items()
+    consumer = Consumer({"bootstrap.servers": client.settings.kafka_servers,
+                         "group.id": "batch-size-test", "enable.auto.commit": False})  # fmt: skip
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for p in range(partitions)]  # fmt: skip
+    finally:
+        consumer.close()
+    assert sum(high - low for low, high in ends) == 5
+    for bad in (0, -3):
+        with pytest.raises(ClientError, match="batch_size"):
+            client.log("hook", "t", rows, batch_size=bad)

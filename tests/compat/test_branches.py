@@ -61,3 +61,12 @@ def test_webhook_rows_reach_every_branch_through_each_branchs_own_pipelines() ->
     client.checkout("main")
     counts, found = client.lookup("ByGender", keys=keys)
     assert found.tolist() == [True, True] and counts["count"].tolist() == [2, 1]
+
+
+def test_clone_branch_takes_from_name_as_fennels_reference_names_it() -> None:
+    client = MockClient()
+    client.commit("v1", datasets=[People])
+    client.init_branch("empty")
+    client.clone_branch("copy", from_name="main")  # not the checked-out "empty"
+    assert client.branch == "copy"
+    assert [d.name for d in client.get_datasets()] == ["People"]
