@@ -43,7 +43,7 @@ KINDS = ("mock", "local", "http")
 @source(WEBHOOK.endpoint("Member"), disorder="14d", cdc="upsert")
 @dataset(index=True)
 class Member:
-    uid: str = field(key=True, erase_key=True)
+    uid: str = field(key=True)
     age: int
     city: str
     ts: datetime
@@ -54,6 +54,14 @@ class Member:
 class Ping:
     pid: int = field(key=True)
     note: str
+    ts: datetime
+
+
+@source(WEBHOOK.endpoint("Erasable"), disorder="14d", cdc="upsert")
+@dataset(index=True)
+class Erasable:
+    uid: str = field(key=True, erase_key=True)
+    age: int
     ts: datetime
 
 
@@ -223,18 +231,26 @@ def test_unknown_datasets_are_errors_naming_them(client: FennelClient) -> None:
 
 
 def test_erase(client: FennelClient) -> None:
-    """The mock erases keys; the platform refuses, by name, rather than answer as done."""
+    """The mock erases keys; the platform has no erase: it refuses erase keys at commit and
+    erase() by name, rather than answer as done."""
     keys = pd.DataFrame({"uid": ["2"]})
-    if _kind(client) != "mock":
-        with pytest.raises(ClientError, match=r"erase\(Member\): the platform does not erase"):
-            client.erase(Member, keys)
-        return
-    client.clone_branch("mock-erase", from_branch="main")
-    done = client.erase(Member, keys)
-    assert isinstance(done, Response) and done.status_code == 200
-    assert client.lookup(Member, keys)[1].tolist() == [False]
-    client.checkout("main")
-    client.delete_branch("mock-erase")
+    branch = f"{_kind(client)}-erase"
+    client.clone_branch(branch, from_branch="main")
+    try:
+        if _kind(client) != "mock":
+            with pytest.raises(FennelError, match=r"Erasable.*erase_key"):
+                client.commit(message="erase keys", datasets=[*DATASETS, Erasable])
+            with pytest.raises(ClientError, match=r"erase\(Member\): the platform does not erase"):
+                client.erase(Member, keys)
+            return
+        client.commit(message="erase keys", datasets=[*DATASETS, Erasable])
+        client.log("conformance", "Erasable", MEMBERS[["uid", "age", "ts"]])
+        done = client.erase(Erasable, keys)
+        assert isinstance(done, Response) and done.status_code == 200
+        assert client.lookup(Erasable, keys)[1].tolist() == [False]
+    finally:
+        client.checkout("main")
+        client.delete_branch(branch)
 
 
 def test_branches_init_clone_checkout_delete(client: FennelClient) -> None:

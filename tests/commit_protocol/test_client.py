@@ -102,9 +102,12 @@ def test_a_commit_against_a_stale_head_fails_with_the_fix(client: LocalClient) -
 def test_checkout_with_init_creates_a_missing_branch_and_without_it_refuses(
     client: LocalClient,
 ) -> None:
-    with pytest.raises(Exception, match="fresh"):
-        client.checkout("fresh")
+    import pandas as pd
+
+    client.checkout("fresh")  # a missing branch is only named, as Fennel's clients do
     assert "fresh" not in client.list_branches()
+    with pytest.raises(Exception, match="fresh"):  # the next request says it does not exist
+        client.log("hook", "t", pd.DataFrame({"uid": [1]}))
     assert client.checkout("fresh", init=True) is None  # created empty, checked out
     assert client.branch == "fresh" and "fresh" in client.list_branches()
     assert client.checkout("fresh", init=True) is None  # already there: just checked out
