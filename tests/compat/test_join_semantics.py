@@ -7,6 +7,7 @@ the mock's answers: tests/batch/test_stateful_parity.py, tests/engine/test_engin
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -14,6 +15,7 @@ import pytest
 
 from fennel_dagster import dataset, field, inputs, pipeline, source
 from fennel_dagster.aggregate import Count, Sum
+from fennel_dagster.declare.errors import DeclarationError
 from fennel_dagster.mock import MockClient
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous
@@ -261,3 +263,35 @@ def test_a_pipelines_keyed_output_joined_by_a_pipeline_of_the_same_input() -> No
             spend = {int(t): None if pd.isna(v) else int(v)
                      for t, v in zip(out["tid"], out["spend"], strict=True)}  # fmt: skip
             assert spend == {100: 50, 101: 70, 102: 90}
+
+
+@pytest.mark.parametrize(
+    ("within", "says"),
+    [(("1h",), "give two durations"), (("1h", "forever"), "upper bound (after) cannot be")],
+)
+def test_a_join_window_fennel_refuses_is_refused_naming_the_join(
+    within: tuple[str, ...], says: str
+) -> None:
+    @dataset
+    class Order:
+        uid: int
+        ts: datetime
+
+    @dataset(index=True)
+    class City:
+        uid: int = field(key=True)
+        city: str
+        ts: datetime
+
+    with pytest.raises(DeclarationError, match=r"Located\.located \(join\).*" + re.escape(says)):
+
+        @dataset
+        class Located:
+            uid: int
+            city: str
+            ts: datetime
+
+            @pipeline
+            @inputs(Order, City)
+            def located(cls, order, city):  # type: ignore[no-untyped-def]
+                return order.join(city, how="inner", on=["uid"], within=within)
