@@ -96,9 +96,11 @@ def asof_join(
     wanted = list(node.fields) or [f.name for f in ds.fields if not f.key and not f.timestamp]
     kept = [f for f in left_fields if f.name not in wanted]  # a joined field replaces it
     typed = left.select(*[F.col(f.name).cast(spark_type(f.dtype)).alias(f.name) for f in kept])
+    # within=(before, after): the version as of t + after, absent if older than t - before
+    shift, span = index.join_reach(node.within_before, node.within_after)
+    at = F.col(ts) + F.expr(f"INTERVAL {int(shift)} SECONDS") if shift else F.col(ts)
     out = asof_lookup(
-        typed, list(node.left_on), F.col(ts), right, ds, list(node.right_on), wanted,
-        node.within_before,
+        typed, list(node.left_on), at, right, ds, list(node.right_on), wanted, span,
     )  # fmt: skip
     if node.how == "inner":
         out = out.where(F.col(FOUND))

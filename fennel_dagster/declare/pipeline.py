@@ -144,7 +144,17 @@ class Node:
                 f"{self._where('join')}: name the join columns with on=[...] or with "
                 "left_on=[...] and right_on=[...] of equal length"
             )
+        if not isinstance(within, tuple | list) or len(within) != 2:
+            raise DeclarationError(
+                f"{self._where('join')}: within={within!r}; give two durations (before, after), "
+                "e.g. within=('forever', '0s')"
+            )
         before, after = within
+        if str(after).lower() == "forever":
+            raise DeclarationError(
+                f"{self._where('join')}: within={tuple(within)!r}: the upper bound (after) "
+                "cannot be 'forever'; give a duration such as '1h'"
+            )
         before_s = None if str(before).lower() == "forever" else duration(before, "join within")
         node = spec.JoinNode(
             id=self._b.next_id(), input=self.id, right=right, how=how,  # type: ignore[arg-type]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import heapq
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -243,7 +245,8 @@ class MockClient:
             if serving is not None:
                 self._serving[ds.name] = serving
         self.commits.append(commit)
-        for ex in new:
+        depth = self._depths()  # a pipeline back-fills after those whose output it reads
+        for ex in sorted(new, key=lambda ex: depth[ex.p.dataset]):
             self._backfill(ex)
         serve_outside_runs(self._dataset_lookup)  # Fennel's tests call Dataset.lookup directly
         for cls in datasets:  # and log(Dataset, df) through the client that committed it
@@ -270,7 +273,7 @@ class MockClient:
                 continue
             rows = pd.concat(parts, ignore_index=True)
             rows = rows.sort_values(ds.timestamp, kind="stable").reset_index(drop=True)
-            self._push(ex, name, rows, LogResult(0))
+            self._flow([(ex, name, rows)], LogResult(0))
 
     # ------------------------------------------------------------------ write path
 
@@ -351,6 +354,20 @@ class MockClient:
         from_source: bool = False,
         sources: Sequence[spec.SourceSpec] | None = None,
     ) -> LogResult:
+        result, stored = self._accept(ds, df, from_source, sources)
+        if not stored.empty:
+            self._flow([(ex, ds.name, stored) for ex in self._executors.get(ds.name, [])], result)
+        return result
+
+    def _accept(
+        self,
+        ds: spec.DatasetSpec,
+        df: pd.DataFrame,
+        from_source: bool = False,
+        sources: Sequence[spec.SourceSpec] | None = None,
+    ) -> tuple[LogResult, pd.DataFrame]:
+        """Check ``df``'s rows against ``ds`` and store the good ones: what was done, and the
+        rows stored (for the pipelines downstream)."""
         if from_source and ds.pipelines:
             raise MockError(
                 f"dataset {ds.name} is produced by a pipeline; log to its inputs instead"
@@ -370,21 +387,53 @@ class MockClient:
                 f"{len(bad)} row(s) rejected by {ds.name}'s schema; first: {bad[0].reason}"
             )
         good = self._without_erased(ds, good)
-        if good.empty:
-            return result
-        self._store(ds, good)
-        for ex in self._executors.get(ds.name, []):
-            self._push(ex, ds.name, good, result)
-        return result
+        if not good.empty:
+            self._store(ds, good)
+        return result, good
 
-    def _push(self, ex: PipelineExecutor, name: str, rows: pd.DataFrame, result: LogResult) -> None:
-        out = ex.run(name, rows, self.state)
-        self.state.apply(out.writes)
-        result.errors.extend(out.errors)
-        if not out.rows.empty:
-            down = self._ingest(self._dataset(ex.p.dataset), out.rows)
+    def _flow(
+        self, tasks: list[tuple[PipelineExecutor, str, pd.DataFrame]], result: LogResult
+    ) -> None:
+        """Run each ``(pipeline, input, rows)`` and the pipelines downstream of what they emit,
+        in dependency order: a pipeline runs once every dataset it reads (its inputs and its
+        joins' right sides, transitively) has taken in what this write makes of it. So a
+        pipeline's keyed output that another pipeline of the same input joins is up to date
+        when the join reads it (as Fennel answers: its mock joins over all rows), whatever
+        the order of the datasets in the commit."""
+        depth = self._depths()
+        queue: list[tuple[int, int, PipelineExecutor, str, pd.DataFrame]] = []
+        order = itertools.count()
+        for ex, name, rows in tasks:
+            heapq.heappush(queue, (depth[ex.p.dataset], next(order), ex, name, rows))
+        while queue:  # a task only adds deeper ones: each depth is done before the next
+            _, _, ex, name, rows = heapq.heappop(queue)
+            out = ex.run(name, rows, self.state)
+            self.state.apply(out.writes)
+            result.errors.extend(out.errors)
+            if out.rows.empty:
+                continue
+            ds = self._dataset(ex.p.dataset)
+            down, stored = self._accept(ds, out.rows)
             result.errors.extend(down.errors)
             result.rejected.extend(down.rejected)
+            for nxt in self._executors.get(ds.name, []) if not stored.empty else []:
+                heapq.heappush(queue, (depth[nxt.p.dataset], next(order), nxt, ds.name, stored))
+
+    def _depths(self) -> dict[str, int]:
+        """Per dataset: 0 if no pipeline writes it, else one more than the deepest dataset its
+        pipelines read (inputs and join right sides)."""
+        depths: dict[str, int] = {}
+
+        def depth(name: str) -> int:
+            if name not in depths:
+                ds = self.datasets.get(name)
+                reads = [i for p in ds.pipelines for i in p.inputs] if ds is not None else []
+                depths[name] = 1 + max((depth(i) for i in reads), default=-1)
+            return depths[name]
+
+        for name in self.datasets:
+            depth(name)
+        return depths
 
     def _store(self, ds: spec.DatasetSpec, rows: pd.DataFrame) -> None:
         self._rows[ds.name].append(rows)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fennel_dagster.ops.expr import astype
 from fennel_dagster.ops.keys import (
     entries,
     entry_key,
@@ -55,6 +56,17 @@ def upsert(
     )
 
 
+def join_reach(within_before: int | None, within_after: int) -> tuple[int, int | None]:
+    """A join's ``within=(before, after)`` as one as-of lookup: ``(shift, span)`` seconds.
+
+    Fennel's join reads, for a left row at ``t``, the right key's newest version with
+    ``right_ts <= t + after``, and treats it as absent when ``right_ts < t - before`` (both
+    ends inclusive; ``before=None`` is "forever"). That is the as-of lookup at ``t + shift``
+    keeping versions at most ``span`` seconds older than that: shift = after, span = before
+    + after. The mock, the engine and Spark all read the join through this."""
+    return within_after, None if within_before is None else within_before + within_after
+
+
 def _asof(
     state: StateReader, ns: str, key: tuple[Any, ...], t_micros: int, within: int | None
 ) -> dict[str, Any] | None:
@@ -78,7 +90,9 @@ def lookup(
     fields: list[str] | None = None,
     within: int | None = None,
 ) -> tuple[pd.DataFrame, pd.Series]:
-    """As-of lookup: for row i, the version of ``keys.iloc[i]`` at ``ts.iloc[i]``."""
+    """As-of lookup: for row i, the version of ``keys.iloc[i]`` at ``ts.iloc[i]``. The keys
+    are read as the dataset's key fields' types (an int key that reached here as a float
+    column, e.g. through a join that found no version for some rows, finds its versions)."""
     key_cols = list(ds.keys)
     missing = [k for k in key_cols if k not in keys.columns]
     if missing:
@@ -86,10 +100,21 @@ def lookup(
             f"lookup of {ds.name} needs its key field(s) {', '.join(key_cols)}; "
             f"missing {', '.join(missing)}"
         )
+    types = {f.name: f.dtype for f in ds.fields}
+    typed = pd.DataFrame({k: _as_key(keys[k], types[k]) for k in key_cols})
     stamps = [micros(t) for t in pd.to_datetime(ts, utc=True).tolist()]
-    recs, found = lookup_records(state, ds, to_records(keys, key_cols), stamps, within)
+    recs, found = lookup_records(state, ds, to_records(typed, key_cols), stamps, within)
     wanted = [f for f in ds.fields if fields is None or f.name in fields]
     return from_records(recs, wanted), pd.Series(found, dtype=bool)
+
+
+def _as_key(values: pd.Series, dtype: spec.DType) -> pd.Series:
+    """``values`` as the key field's type; as they are when they do not cast (such a key
+    matches no version, as before)."""
+    try:
+        return astype(values.reset_index(drop=True), dtype)
+    except (TypeError, ValueError):
+        return values.reset_index(drop=True)
 
 
 def lookup_records(

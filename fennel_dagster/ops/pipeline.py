@@ -355,10 +355,13 @@ class PipelineExecutor:
         wanted = list(node.fields) or [
             f.name for f in right.fields if not f.key and not f.timestamp
         ]
-        found_df, found = index.lookup(state, right, keys, df[ts], wanted, node.within_before)
+        # within=(before, after): the version as of t + after, absent if older than t - before
+        shift, span = index.join_reach(node.within_before, node.within_after)
+        at = pd.to_datetime(df[ts], utc=True) + pd.Timedelta(seconds=shift) if shift else df[ts]
+        found_df, found = index.lookup(state, right, keys, at, wanted, span)
         out = df.copy()
-        for c in wanted:
-            out[c] = found_df[c].to_numpy()
+        for c in wanted:  # as the right's type (an int column with misses stays Int64)
+            out[c] = found_df[c].array
         if node.how == "inner":
             out = out[found.to_numpy()].reset_index(drop=True)
         return out

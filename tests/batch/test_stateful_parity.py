@@ -600,18 +600,74 @@ def _check_join(
         def join(cls, ev, profile):
             return ev.join(profile, how="inner", on=["uid"], within=("30m", "0s"))
 
+    @meta(owner=OWNER)
+    @dataset
+    class Ahead:
+        uid: int
+        v: float | None
+        s: str
+        city: str | None
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev, Profile)
+        def join(cls, ev, profile):
+            return ev.join(profile, how="left", on=["uid"], within=("forever", "20m"))
+
+    @meta(owner=OWNER)
+    @dataset
+    class Around:
+        uid: int
+        v: float | None
+        s: str
+        city: str
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev, Profile)
+        def join(cls, ev, profile):
+            return ev.join(profile, how="inner", on=["uid"], within=("30m", "45m"))
+
     # one version per (key, instant): two at once would make "the" version ambiguous
     prof = list({
         (u, m): {"uid": u, "city": c, "ts": T0 + timedelta(minutes=m)} for u, c, m in profiles
     }.values())  # fmt: skip
     rows = _rows(evs)
-    datasets = [Ev, Profile, Located, OnlyLocated]
-    for target in ("Located", "OnlyLocated"):
+    datasets = [Ev, Profile, Located, OnlyLocated, Ahead, Around]
+    windows = {"Located": ("left", None, 0), "OnlyLocated": ("inner", 30, 0),
+               "Ahead": ("left", None, 20), "Around": ("inner", 30, 45)}  # fmt: skip
+    for target, (how, before, after) in windows.items():
         # the right side first: an as-of join sees the versions that exist at each left time
         want = _mock_rows(datasets, target, {"profile": prof, "ev": rows})
         got = _spark_rows(spark, datasets, target, {"Ev": rows, "Profile": prof})
         cols = _columns(datasets, target)
         assert _multiset(got, cols) == _multiset(want, cols), target
+        fennel = fennel_join(rows, prof, how, before, after)
+        assert _multiset(want, cols) == _multiset(fennel, cols), f"{target}: not Fennel's"
+
+
+def fennel_join(
+    left: list[dict[str, Any]],
+    right: list[dict[str, Any]],
+    how: str,
+    before_min: int | None,
+    after_min: int,
+) -> list[dict[str, Any]]:
+    """Fennel's join of ``left`` rows with ``right`` versions (keyed by uid; one version
+    per key and instant), written out from its API reference: per left row at ``t``, its
+    key's newest version with ``right_ts <= t + after``; none if ``right_ts < t - before``
+    (``None``: forever); a left join's miss has nulls, an inner join drops the row."""
+    out = []
+    for row in left:
+        t = row["ts"]
+        seen = [r for r in right if r["uid"] == row["uid"]
+                and r["ts"] <= t + timedelta(minutes=after_min)]  # fmt: skip
+        last = max(seen, key=lambda r: r["ts"], default=None)
+        if last is not None and before_min is not None:
+            last = last if last["ts"] >= t - timedelta(minutes=before_min) else None
+        if last is not None or how == "left":
+            out.append({**row, "city": None if last is None else last["city"]})
+    return out
 
 
 @pytest.mark.parametrize("road", ["sort-merge", "broadcast"])
@@ -891,3 +947,87 @@ def test_aggregate_along_another_time_column(
     assert _multiset(got, cols) == _multiset(want, cols)
     if kind == "continuous":  # one row per event, at its along time
         assert want and {_norm(r["ts"]) for r in want} <= {_norm(r["at"]) for r in rows}
+
+
+@pytest.mark.parametrize("road", ["sort-merge", "broadcast"])
+def test_a_chain_of_joins_on_a_column_a_join_brought(spark: Any, road: str) -> None:
+    """Ev join Profile (left, so ``city`` misses for some rows), dropnull, then join Region
+    on that city: on Spark as on the mock, and as Fennel answers (the rows whose user has a
+    city at their time, with that city's region)."""
+
+    @meta(owner=OWNER)
+    @source(Webhook(name="hook").endpoint("region"), cdc="upsert", disorder="14d")
+    @dataset(index=True)
+    class Region:
+        city: str = field(key=True)
+        zone: int
+        ts: datetime
+
+    @meta(owner=OWNER)
+    @dataset
+    class Zoned:
+        uid: int
+        v: float | None
+        s: str
+        city: str
+        zone: int
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev, Profile, Region)
+        def chain(cls, ev, profile, region):
+            located = ev.join(profile, how="left", on=["uid"]).dropnull("city")
+            return located.join(region, how="inner", on=["city"])
+
+    @meta(owner=OWNER)
+    @source(Webhook(name="hook").endpoint("zone_of"), cdc="upsert", disorder="14d")
+    @dataset(index=True)
+    class ZoneOf:
+        zone: int = field(key=True)
+        label: str
+        ts: datetime
+
+    @meta(owner=OWNER)
+    @dataset
+    class Labelled:
+        uid: int
+        v: float | None
+        s: str
+        city: str
+        zone: int
+        label: str
+        ts: datetime
+
+        @pipeline
+        @inputs(Ev, Profile, Region, ZoneOf)
+        def chain(cls, ev, profile, region, zone_of):
+            located = ev.join(profile, how="left", on=["uid"]).dropnull("city")
+            zoned = located.join(region, how="left", on=["city"]).dropnull("zone")
+            return zoned.join(zone_of, how="inner", on=["zone"])
+
+    evs = _rows(
+        [{"uid": u, "v": 1.0 * u, "s": "a", "minute": m} for u in range(4) for m in (5, 50)]
+    )
+    prof = [{"uid": u, "city": c, "ts": T0 + timedelta(minutes=m)}
+            for u, c, m in ((0, "x", 0), (1, "y", 10), (2, "w", 0))]  # fmt: skip
+    regions = [{"city": "x", "zone": 7, "ts": T0}, {"city": "y", "zone": 8, "ts": T0}]
+    zones = [{"zone": 7, "label": "north", "ts": T0}]
+    datasets = [Ev, Profile, Region, ZoneOf, Zoned, Labelled]
+    logs = {"profile": prof, "region": regions, "zone_of": zones, "ev": evs}
+    frames = {"Ev": evs, "Profile": prof, "Region": regions, "ZoneOf": zones}
+    fennel = {  # (uid, minute) -> what each dataset holds for it
+        "Zoned": {(0, 5): ("x", 7), (0, 50): ("x", 7), (1, 50): ("y", 8)},
+        "Labelled": {(0, 5): ("x", 7, "north"), (0, 50): ("x", 7, "north")},
+    }
+    for target, want in fennel.items():
+        mock = _mock_rows(datasets, target, logs)
+        with patch.object(asof, "BROADCAST_VERSIONS", -1 if road == "sort-merge" else 200_000):
+            got = _spark_rows(spark, datasets, target, frames)
+        cols = _columns(datasets, target)
+        assert _multiset(got, cols) == _multiset(mock, cols), target
+        extra = ("city", "zone", "label")[: len(next(iter(want.values())))]
+        answered = {
+            (r["uid"], int((pd.Timestamp(r["ts"]) - pd.Timestamp(T0)).total_seconds() // 60)):
+            tuple(r[c] for c in extra) for r in mock
+        }  # fmt: skip
+        assert answered == want, target

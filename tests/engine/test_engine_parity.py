@@ -34,7 +34,13 @@ from fennel_dagster.settings import Settings
 from fennel_dagster.sources import Webhook
 from fennel_dagster.window import Continuous, Hopping, Session, Tumbling
 from fennel_dagster.wire import plan, spec
-from tests.batch.test_stateful_parity import _columns, _mock_rows, _multiset, _spark_rows
+from tests.batch.test_stateful_parity import (
+    _columns,
+    _mock_rows,
+    _multiset,
+    _spark_rows,
+    fennel_join,
+)
 from tests.engine.harness import Fleet, produce_rows, read_topic, wait_for
 from tests.platform import drop_platform
 
@@ -270,6 +276,21 @@ class Located:
 
 @meta(owner=OWNER)
 @dataset
+class LocatedAround:
+    uid: int
+    v: float | None
+    s: str
+    city: str | None
+    ts: datetime
+
+    @pipeline
+    @inputs(Ev, Profile)
+    def join(cls, ev, profile):
+        return ev.join(profile, how="left", on=["uid"], within=("1h", "2h"))
+
+
+@meta(owner=OWNER)
+@dataset
 class Shaped:
     uid: int
     doubled: float
@@ -286,7 +307,8 @@ class Shaped:
 
 
 DATASETS: list[type] = [Ev, Profile, *AGGREGATES.values(), *BY_WINDOW.values(), Spent,
-                        Spans, Earliest, Newest, Once, Hourly, Located, Shaped]  # fmt: skip
+                        Spans, Earliest, Newest, Once, Hourly, Located, LocatedAround,
+                        Shaped]  # fmt: skip
 
 
 def _events() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -341,10 +363,13 @@ def runs(
             ev_topic = next(i.topic for j in jobs for i in j.spec.inputs if i.dataset.name == "Ev")
             pr_topic = next(i.topic for j in jobs for i in j.spec.lookups)
             produce_rows(s, pr_topic, to_records(pd.DataFrame(profiles)), partitions=1)
-            located = next(r for _, _, r in fleet.threads if r.job.spec.dataset.name == "Located")
             # the right side indexed before the left arrives: an as-of join then sees the
-            # versions that exist at each left row's time, as the batch executors do
-            wait_for(lambda: located.stats.messages >= len(profiles), 60, "the profiles indexed")
+            # versions that exist at each left row's time (and, with within=(..., after),
+            # those up to `after` later), as the batch executors do
+            for joins in ("Located", "LocatedAround"):
+                job = next(r for _, _, r in fleet.threads if r.job.spec.dataset.name == joins)
+                wait_for(lambda j=job: j.stats.messages >= len(profiles), 60,
+                         f"the profiles indexed by {joins}")  # fmt: skip
             produce_rows(s, ev_topic, to_records(pd.DataFrame(evs)), partitions=1)
             for target in targets:
                 want = len(out.mock[target])
@@ -462,6 +487,19 @@ def test_dedup_in_a_tumbling_window_on_engine_spark_and_mock(runs: Runs) -> None
 
 def test_join_on_engine_spark_and_mock(runs: Runs) -> None:
     _same(runs, "Located")
+
+
+def test_join_within_before_and_after_on_engine_spark_and_mock(runs: Runs) -> None:
+    """within=("1h", "2h"): the engine, Spark and the mock agree, and answer as Fennel's
+    reference defines the join (the version as of t + 2h, none if older than t - 1h)."""
+    _same(runs, "LocatedAround")
+    evs, profiles = _events()
+    cols = _columns(DATASETS, "LocatedAround")
+    fennel = fennel_join([e for e in evs if e["uid"] != FLUSH_UID], profiles, "left", 60, 120)
+    mock = [r for r in runs.mock["LocatedAround"] if r["uid"] != FLUSH_UID]
+    assert _multiset(mock, cols) == _multiset(fennel, cols)
+    plain = [r for r in runs.mock["Located"] if r["uid"] != FLUSH_UID]
+    assert _multiset(mock, cols) != _multiset(plain, cols)  # the window changed answers
 
 
 def test_filter_assign_and_user_code_on_engine_spark_and_mock(runs: Runs) -> None:

@@ -63,6 +63,22 @@ def test_join_reads_the_right_side_as_of_each_left_rows_time() -> None:
     ].tolist() == ["y"]
 
 
+def test_join_within_after_reads_versions_up_to_after_later() -> None:
+    """within=(1h, 2h): the version as of t + 2h (inclusive), none if older than t - 1h
+    (inclusive); the row keeps its own time."""
+    state = MemoryState()
+    wb = WriteBatch()
+    users = pd.DataFrame({"uid": pd.array([1, 1], dtype="Int64"), "tier": ["free", "gold"],
+                          "ts": [T0, T0 + pd.Timedelta(hours=5)]})  # fmt: skip
+    index.upsert(USER, users, wb)
+    state.apply(wb)
+    node = spec.JoinNode("j", "i0", "User", "left", ("uid",), ("uid",), 3600, 7200)
+    out = run(pipeline(node), clicks([(1, "a", 1), (1, "b", 4), (1, "c", 3), (1, "d", 2.5)]),
+              state).rows  # fmt: skip
+    assert out["tier"].tolist() == ["free", "gold", "gold", None]
+    assert out["ts"].tolist() == [T0 + pd.Timedelta(hours=h) for h in (1, 4, 3, 2.5)]
+
+
 def test_dedup_drops_repeats_across_batches() -> None:
     p = pipeline(spec.DedupNode("d", "i0", ("uid", "page")))
     state = MemoryState()
