@@ -280,12 +280,10 @@ TABLE: dict[str, Entry] = {
     "JoinNode.within_before": _node(
         f"{PIPE}._join", "fennel_dagster/batch/asof.py::asof_join", proof=f"{P_STATEFUL}::test_join"
     ),
-    # within_after: being implemented beside this table (ops/pipeline.py _join, batch/asof.py);
-    # the test exempts this one entry by name until that lands
     "JoinNode.within_after": _node(
         f"{PIPE}._join",
         "fennel_dagster/batch/asof.py::asof_join",
-        proof="tests/batch/test_pipeline_parity.py::test_join_within_after",
+        proof=f"{P_ENGINE}::test_join_within_before_and_after_on_engine_spark_and_mock",
     ),
     "JoinNode.fields": _node(
         f"{PIPE}._join",
