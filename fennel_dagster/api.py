@@ -174,6 +174,25 @@ def input_frame(
     return input_df if input_df is not None else input_dataframe  # type: ignore[return-value]
 
 
+class MissingInputColumns(QueryError, ValueError):
+    """A query whose input rows lack a column of one of its input features."""
+
+
+def check_input_columns(inputs: Iterable[str], columns: Iterable[object]) -> None:
+    """Every input feature has its column in the input rows (checked first, as Fennel
+    does, in Fennel's words; the fix in ``hint``)."""
+    have = list(columns)
+    wanted = list(inputs)
+    missing = [i for i in wanted if "." in i and i not in {str(c) for c in have}]
+    if missing:
+        raise MissingInputColumns(
+            "Input dataframe does not contain all the required features. "
+            f"Required features: {wanted}. Input dataframe columns: {pd.Index(have)}",
+            hint=f"add the column(s) {', '.join(missing)} to the input rows, one per input "
+            "feature, named Featureset.feature",
+        )
+
+
 def refuse_feature_log(log: bool, workflow: str | None, sampling_rate: float | None) -> None:
     """Fennel's ``query(log=True, workflow=, sampling_rate=)`` logs the computed features;
     neither client does that yet, so asking for it is an error, not a silent no-op."""

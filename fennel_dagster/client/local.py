@@ -23,6 +23,7 @@ from fennel_dagster.api import (
     FeatureRef,
     LogResult,
     answer_shape,
+    check_input_columns,
     dataset_name,
     feature_name,
     input_frame,
@@ -212,8 +213,10 @@ class LocalClient:
     def clone_branch(self, name: str, from_branch: str | None = None) -> int:
         return branches.clone_branch(self.conn, self.lock_conn, from_branch or self.branch, name)
 
-    def delete_branch(self, name: str) -> None:
-        branches.delete_branch(self.conn, self.lock_conn, self.physical, name)
+    def delete_branch(self, name: str, *, even_main: bool = False) -> None:
+        """Delete a branch and release its assets. The main branch cannot be deleted (as in
+        Fennel); ``even_main=True`` is an operator's teardown of the whole platform."""
+        branches.delete_branch(self.conn, self.lock_conn, self.physical, name, even_main)
 
     def list_branches(self) -> list[str]:
         with self.conn.transaction():
@@ -293,6 +296,7 @@ class LocalClient:
         engines like ``lookup``. ``input_dataframe=`` is Fennel's name for ``input_df``."""
         refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
+        check_input_columns([feature_name(i) for i in inputs], input_df.columns)
         graph = self.checkout(self.branch)
         if graph is None:
             raise QueryPlanError(f"branch {self.branch!r} has no commit yet; commit first")

@@ -8,9 +8,16 @@ import pytest
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
-from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.errors import (
+    BranchExistsError,
+    BranchNotFoundError,
+    BranchNotSynced,
+    CommitRejected,
+    MainBranchDeletion,
+)
 from fennel_dagster.commit.protocol import StaleBranchError, commit
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.mock import MockClient
 from fennel_dagster.wire import spec
 from tests.commit_protocol.invariants import assert_invariants, topics_of_head
 from tests.commit_protocol.scenario import GRAPHS
@@ -97,3 +104,34 @@ def test_a_commit_against_a_stale_head_fails_with_the_fix(client: LocalClient) -
             "stale",
             expected_head=0,
         )
+
+
+def test_branch_errors_are_the_mocks_class_and_words(client: LocalClient) -> None:
+    """Each refusal of a branch operation: the MockClient's class and text (Fennel's words),
+    with the fix in ``hint``."""
+    mock = MockClient()
+    client.commit("v1", GRAPHS["v1"]())
+    client.clone_branch("exp")
+    mock.clone_branch("exp")
+    refusals = [
+        (lambda c: c.init_branch("main"), BranchExistsError, "Branch name: `main` already exists"),
+        (lambda c: c.clone_branch("exp", from_branch="main"), BranchExistsError,
+         "Branch `exp` already exists"),
+        (lambda c: c.clone_branch("x", from_branch="gone"), BranchNotFoundError,
+         "Branch `gone` does not exist"),
+        (lambda c: c.delete_branch("main"), MainBranchDeletion, "Cannot delete the main branch."),
+        (lambda c: c.delete_branch("gone"), BranchNotFoundError,
+         "Branch name: gone does not exist"),
+    ]  # fmt: skip
+    for call, cls, words in refusals:
+        for c in (client, mock):
+            with pytest.raises(cls) as e:
+                call(c)
+            assert str(e.value) == words and e.value.hint, (c, words)
+    assert sorted(client.list_branches()) == ["exp", "main"]  # nothing changed
+    with pytest.raises(BranchNotSynced) as e:  # a request on a branch that does not exist
+        client.checkout("gone")
+    assert str(e.value) == (
+        '"Branch: `gone` not found, please sync this branch and try again. Available '
+        "branches: ['exp', 'main']\""
+    )
