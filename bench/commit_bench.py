@@ -72,7 +72,7 @@ def run_once() -> dict[str, float]:
             lambda: client.clone_branch("wide_clone", from_branch="wide")
         )
         for branch in client.list_branches():
-            client.drop_branch(branch)
+            client.delete_branch(branch, even_main=True)
     with connect(settings) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
         conn.commit()

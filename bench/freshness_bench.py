@@ -119,7 +119,7 @@ def run(events: int, work: Path) -> list[float]:
             except subprocess.TimeoutExpired:
                 p.kill()
         with LocalClient(s) as c:
-            c.drop_branch("main")
+            c.delete_branch("main", even_main=True)
         with connect(s) as conn:
             conn.execute(f"DROP SCHEMA {s.pg_schema} CASCADE")
             conn.commit()

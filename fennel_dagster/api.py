@@ -31,11 +31,16 @@ FeatureRef = str | type  # "Featureset.feature", a featureset class (all its fea
 class ResponseError(ClientError):
     """A response whose status is an error, raised by ``raise_for_status`` (as requests'
     ``HTTPError``) and by ``Client`` for the query server's 4xx/5xx answers; ``status`` is the
-    HTTP status."""
+    HTTP status. ``str()`` is the server's message, the very text the same error has on a
+    ``LocalClient`` or the ``MockClient``, with its fix in ``hint``."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{message} (HTTP {status})")
+    def __init__(self, status: int, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
         self.status = status
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Response(abc.ABC):
@@ -267,6 +272,25 @@ def input_frame(
     if (input_df is None) == (input_dataframe is None):
         raise QueryError("query needs its input rows once: pass input_dataframe=<DataFrame>")
     return input_df if input_df is not None else input_dataframe  # type: ignore[return-value]
+
+
+class MissingInputColumns(QueryError, ValueError):
+    """A query whose input rows lack a column of one of its input features."""
+
+
+def check_input_columns(inputs: Iterable[str], columns: Iterable[object]) -> None:
+    """Every input feature has its column in the input rows (checked first, as Fennel
+    does, in Fennel's words; the fix in ``hint``)."""
+    have = list(columns)
+    wanted = list(inputs)
+    missing = [i for i in wanted if "." in i and i not in {str(c) for c in have}]
+    if missing:
+        raise MissingInputColumns(
+            "Input dataframe does not contain all the required features. "
+            f"Required features: {wanted}. Input dataframe columns: {pd.Index(have)}",
+            hint=f"add the column(s) {', '.join(missing)} to the input rows, one per input "
+            "feature, named Featureset.feature",
+        )
 
 
 def refuse_feature_log(log: bool, workflow: str | None, sampling_rate: float | None) -> None:

@@ -65,8 +65,8 @@ class _Semantics:
 
     def pipeline_problems(
         self, ds: spec.DatasetSpec, datasets: Mapping[str, spec.DatasetSpec]
-    ) -> list[str]:
-        return [str(v) for v in pipeline_schema_problems(ds, {**datasets, ds.name: ds})]
+    ) -> list[tuple[str, str]]:
+        return [(str(v), v.text) for v in pipeline_schema_problems(ds, {**datasets, ds.name: ds})]
 
     def node_schema(
         self, nodes: Sequence[spec.Node], node_id: str, datasets: Mapping[str, spec.DatasetSpec]
@@ -76,7 +76,10 @@ class _Semantics:
         for node in nodes:
             try:
                 schemas[node.id] = infer_node(
-                    node, schemas, datasets, lambda n, m, f: problems.append(f"{n.id}: {m}")
+                    node,
+                    schemas,
+                    datasets,
+                    lambda n, m, f, text="": problems.append(f"{n.id}: {m}"),
                 )
             except (TypeErrorInExpr, Stop) as e:
                 problems.append(f"{node.id}: {e}")

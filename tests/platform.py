@@ -25,7 +25,7 @@ def drop_platform(s: Settings) -> None:
     with LocalClient(s) as client:
         client.recover()
         for branch in client.list_branches():
-            client.drop_branch(branch)
+            client.delete_branch(branch, even_main=True)
     with connect(s) as conn:
         conn.execute(f"DROP SCHEMA {s.pg_schema} CASCADE")
         conn.commit()

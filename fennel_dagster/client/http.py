@@ -21,24 +21,64 @@ from fennel_dagster.api import (
     LogResult,
     ResponseError,
     answer_shape,
+    check_input_columns,
     dataset_name,
     feature_name,
     input_frame,
     refuse_feature_log,
 )
 from fennel_dagster.client.offline import wait_until_finished
+from fennel_dagster.commit.errors import (
+    BackfillRefused,
+    BranchExistsError,
+    BranchNotFoundError,
+    BranchNotSynced,
+    CommitRejected,
+    MainBranchDeletion,
+    Violation,
+)
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.declare.answers import struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.engine.lookup_client import EngineUnavailable
-from fennel_dagster.errors import ClientError
+from fennel_dagster.errors import ClientError, FennelError
 from fennel_dagster.ops.rows import json_column, typed_series
+from fennel_dagster.query.lookup import DatasetNotFound
 from fennel_dagster.wire import codec, encode, spec
 
 BRANCH_HEADER = "X-FENNEL-BRANCH"
 
 
 ServerError = ResponseError  # the query server refused or failed a request (``status``)
+
+
+# errors the query server answers by class name, which the client raises as the same class
+_SAME_CLASS: dict[str, type[FennelError]] = {
+    c.__name__: c
+    for c in (CommitRejected, BackfillRefused, BranchExistsError, BranchNotFoundError,
+              BranchNotSynced, MainBranchDeletion, DatasetNotFound)
+}  # fmt: skip
+_AS_SERVER_ERROR: dict[type[FennelError], type[ServerError]] = {}
+
+
+def server_error(status: int, body: dict[str, Any], reason: str) -> ServerError:
+    """The exception for an error answer: the server's class (a ``ServerError`` too), text
+    and hint, and a rejected commit's violations."""
+    message = str(body.get("error", reason))
+    hint = body.get("hint")
+    cls = _SAME_CLASS.get(str(body.get("kind")))
+    if cls is None:
+        return ServerError(status, message, hint)
+    both = _AS_SERVER_ERROR.get(cls)
+    if both is None:
+        both = type(cls.__name__, (cls, ServerError), {"__str__": ServerError.__str__,
+                                                       "__module__": __name__})  # fmt: skip
+        _AS_SERVER_ERROR[cls] = both
+    err = both.__new__(both)
+    ServerError.__init__(err, status, message, hint)
+    if isinstance(err, CommitRejected):
+        err.errors = [Violation(**v) for v in body.get("violations", [])]
+    return err
 
 
 class Client:
@@ -72,7 +112,7 @@ class Client:
         if resp.status_code == 503:
             raise EngineUnavailable(body.get("error", "an engine partition is unavailable"))
         if resp.status_code >= 400:
-            raise ServerError(resp.status_code, body.get("error", resp.reason_phrase))
+            raise server_error(resp.status_code, body, resp.reason_phrase)
         return body
 
     # ---------------------------------------------------------------- commit and branches
@@ -155,6 +195,7 @@ class Client:
         refuse_feature_log(log, workflow, sampling_rate)
         df = input_frame(input_df, input_dataframe)
         names = [feature_name(i) for i in inputs]
+        check_input_columns(names, df.columns)
         body: dict[str, Any] = {
             "inputs": names, "outputs": [feature_name(o) for o in outputs],
             "data": {n: json_column(df[n]) for n in names},

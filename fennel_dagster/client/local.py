@@ -26,6 +26,7 @@ from fennel_dagster.api import (
     FeatureRef,
     LogResult,
     answer_shape,
+    check_input_columns,
     dataset_name,
     feature_name,
     input_frame,
@@ -244,16 +245,11 @@ class LocalClient:
         self.branch = name
         return Done(f"cloned branch {source!r} into {name!r}", details={"refs": refs})
 
-    def delete_branch(self, name: str) -> Done:
-        """Delete a branch (not main); deleting the checked-out one checks main out."""
-        if name == MAIN_BRANCH:
-            raise ClientError("the main branch cannot be deleted")
-        return self.drop_branch(name)
-
-    def drop_branch(self, name: str) -> Done:
-        """Delete any branch, main too (tearing a platform down): its assets nobody else
-        references are destroyed."""
-        branches.delete_branch(self.conn, self.lock_conn, self.physical, name)
+    def delete_branch(self, name: str, *, even_main: bool = False) -> Done:
+        """Delete a branch and release its assets; deleting the checked-out one checks main
+        out. The main branch cannot be deleted (as in Fennel); ``even_main=True`` is an
+        operator's teardown of the whole platform."""
+        branches.delete_branch(self.conn, self.lock_conn, self.physical, name, even_main)
         if self.branch == name:
             self.branch = MAIN_BRANCH
         return Done(f"deleted branch {name!r}")
@@ -388,6 +384,7 @@ class LocalClient:
         engines like ``lookup``. ``input_dataframe=`` is Fennel's name for ``input_df``."""
         refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
+        check_input_columns([feature_name(i) for i in inputs], input_df.columns)
         graph = self.graph()
         if graph is None:
             raise QueryPlanError(f"branch {self.branch!r} has no commit yet; commit first")

@@ -1,23 +1,25 @@
-"""Branches: independent graphs over one shared asset bank."""
+"""Branches: independent graphs over one shared asset bank.
+
+Their errors (``commit/errors.py``) say what Fennel's say, with the fix in ``hint``."""
 
 from __future__ import annotations
 
 import psycopg
 
 from fennel_dagster.commit import janitor
-from fennel_dagster.commit.physical import PhysicalAssets
-from fennel_dagster.commit.protocol import (
+from fennel_dagster.commit.errors import (
+    MAIN_BRANCH,
+    BranchExistsError,
     BranchNotFoundError,
-    head,
-    schedule_unreferenced,
+    branch_exists,
+    clone_source_missing,
+    deleted_branch_missing,
+    main_branch_deletion,
 )
-from fennel_dagster.errors import CommitError
+from fennel_dagster.commit.physical import PhysicalAssets
+from fennel_dagster.commit.protocol import head, schedule_unreferenced
 from fennel_dagster.metadata import assets, commits, locks
 from fennel_dagster.wire import decode, spec
-
-
-class BranchExistsError(CommitError, ValueError):
-    pass
 
 
 def list_branches(conn: psycopg.Connection) -> list[str]:
@@ -27,9 +29,7 @@ def list_branches(conn: psycopg.Connection) -> list[str]:
 def init_branch(conn: psycopg.Connection, name: str) -> None:
     with conn.transaction():
         if not commits.insert_branch(conn, name):
-            raise BranchExistsError(
-                f"branch {name!r} already exists: pick another name or delete it first"
-            )
+            raise branch_exists(name)
 
 
 def clone_branch(
@@ -39,24 +39,39 @@ def clone_branch(
     locks.lock_branch(lock_conn, source)
     try:
         with conn.transaction():
+            known = commits.list_branches(conn)
+            if name in known:  # checked first, as Fennel does
+                raise branch_exists(name, cloning=True)
+            if source not in known:
+                raise clone_source_missing(source, known)
             src_head = head(conn, source)
             if not commits.insert_branch_at(conn, name, src_head):
-                raise BranchExistsError(
-                    f"branch {name!r} already exists: pick another name or delete it first"
-                )
+                raise branch_exists(name, cloning=True)
             return assets.copy_refs(conn, source, name)
     finally:
         locks.unlock_branch(lock_conn, source)
 
 
 def delete_branch(
-    conn: psycopg.Connection, lock_conn: psycopg.Connection, physical: PhysicalAssets, name: str
+    conn: psycopg.Connection,
+    lock_conn: psycopg.Connection,
+    physical: PhysicalAssets,
+    name: str,
+    even_main: bool = False,
 ) -> None:
-    """Release every reference of the branch; assets nobody else references are destroyed."""
+    """Release every reference of the branch; assets nobody else references are destroyed.
+    The main branch cannot be deleted (as in Fennel) but by a teardown (``even_main``)."""
+    with conn.transaction():
+        known = commits.list_branches(conn)
+    if name not in known:  # checked first, as Fennel does
+        raise deleted_branch_missing(name, known)
+    if name == MAIN_BRANCH and not even_main:
+        raise main_branch_deletion()
     locks.lock_branch(lock_conn, name)
     try:
         with conn.transaction():
-            head(conn, name)
+            if commits.get_branch(conn, name) is None:  # deleted while we waited for the lock
+                raise deleted_branch_missing(name, commits.list_branches(conn))
             hashes = assets.branch_ref_hashes(conn, name)
             assets.release_branch_refs(conn, name)
             commits.delete_branch(conn, name)
@@ -83,3 +98,7 @@ def checkout_commit(
     value = decode(wire)
     assert isinstance(value, spec.CommitSpec)
     return value
+
+
+__all__ = ["BranchExistsError", "BranchNotFoundError", "checkout", "checkout_commit",
+           "clone_branch", "delete_branch", "init_branch", "list_branches"]  # fmt: skip

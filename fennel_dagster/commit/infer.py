@@ -48,12 +48,12 @@ def infer_pipeline(
     schemas: dict[str, Schema] = {}
     errors: list[Violation] = []
 
-    def err(node: spec.Node, message: str, fix: str) -> None:
-        errors.append(Violation(entity, f"{_op(node)} {node.id}", message, fix))
+    def err(node: spec.Node, message: str, fix: str, text: str = "") -> None:
+        errors.append(Violation(entity, f"{_op(node)} {node.id}", message, fix, text))
 
     for node in p.nodes:
         try:
-            schemas[node.id] = infer_node(node, schemas, datasets, err)
+            schemas[node.id] = infer_node(node, schemas, datasets, err, p)
         except TypeErrorInExpr as e:
             err(node, str(e), e.fix or "fix the expression or the columns it reads")
             return None, errors
@@ -70,7 +70,7 @@ def node_schemas(
     schemas: dict[str, Schema] = {}
     problems: list[str] = []
 
-    def err(node: spec.Node, message: str, fix: str) -> None:
+    def err(node: spec.Node, message: str, fix: str, text: str = "") -> None:
         problems.append(f"{_op(node)} {node.id}: {message}")
 
     for node in p.nodes:

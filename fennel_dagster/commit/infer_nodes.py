@@ -9,8 +9,8 @@ that leaves no schema to go on with it raises ``Stop``. Expression typing errors
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn, Protocol
 
 from fennel_dagster.commit.infer_types import (
     agg_type,
@@ -25,7 +25,13 @@ from fennel_dagster.declare.dtypes import render
 from fennel_dagster.wire import spec
 
 Schema = list[spec.FieldSpec]
-Report = Callable[[spec.Node, str, str], None]
+
+
+class Report(Protocol):
+    """Where a rule reports a problem: the message, its fix, and Fennel's words for it
+    (``text``, empty where Fennel has none)."""
+
+    def __call__(self, node: spec.Node, message: str, fix: str, text: str = "") -> None: ...
 
 
 class Stop(Exception):
@@ -40,9 +46,19 @@ class Ctx:
     schemas: Mapping[str, Schema]
     datasets: Mapping[str, spec.DatasetSpec]
     err: Report
+    nodes: Mapping[str, spec.Node] = field(default_factory=dict, kw_only=True)  # by id
+    pipeline: str = field(default="", kw_only=True)  # the pipeline's name
 
-    def report(self, message: str, fix: str) -> None:
-        self.err(self.node, message, fix)
+    def report(self, message: str, fix: str, text: str = "") -> None:
+        self.err(self.node, message, fix, text)
+
+    def fennel_name(self, node_id: str) -> str | None:
+        """How Fennel names the schema out of a node in its errors (None: unknown here)."""
+        node = self.nodes.get(node_id)
+        if isinstance(node, spec.InputNode):
+            return f"'[Dataset:{node.dataset}]'"
+        label = _FENNEL_LABELS.get(type(node)) if node is not None else None
+        return f"'[Pipeline:{self.pipeline}]->{label} node'" if label else None
 
     def fail(self, message: str, fix: str) -> NoReturn:
         self.report(message, fix)
@@ -79,6 +95,8 @@ def _open_stream(node: Any, ctx: Ctx) -> Stream:
         ctx.schemas,
         ctx.datasets,
         ctx.err,
+        nodes=ctx.nodes,
+        pipeline=ctx.pipeline,
         src=src,
         types={f.name: f.dtype for f in src},
         names=[f.name for f in src],
@@ -353,7 +371,13 @@ def _infer_drop(node: spec.DropNode, s: Stream) -> Schema:
     s.need(cols, "dropped column(s)")
     protected = [c for c in cols if c == s.ts or c in s.keys]
     if protected:
-        s.report(f"drops the key/timestamp field(s) {protected}", "keep them; drop other fields")
+        src = s.fennel_name(node.input)
+        values = [f.name for f in s.src if f.name != s.ts and f.name not in s.keys]
+        text = "" if src is None else (
+            f"Field `{protected[0]}` is a key or timestamp field in schema of drop node input "
+            f"{src}. Value fields are: {values}")  # fmt: skip
+        s.report(f"drops the key/timestamp field(s) {protected}", "keep them; drop other fields",
+                 text)  # fmt: skip
     return [f for f in s.src if f.name not in cols]
 
 
@@ -408,7 +432,22 @@ def infer_node(
     schemas: Mapping[str, Schema],
     datasets: Mapping[str, spec.DatasetSpec],
     err: Report,
+    pipeline: spec.PipelineSpec | None = None,
 ) -> Schema:
-    """The schema out of ``node``, given the schemas out of the nodes before it."""
+    """The schema out of ``node``, given the schemas out of the nodes before it (and the
+    pipeline it is in, for errors worded as Fennel's)."""
     rule = next((_RULES[c] for c in type(node).__mro__ if c in _RULES), _UNKNOWN)
-    return rule(node, Ctx(node, schemas, datasets, err))
+    nodes = {n.id: n for n in pipeline.nodes} if pipeline is not None else {}
+    name = pipeline.name if pipeline is not None else ""
+    return rule(node, Ctx(node, schemas, datasets, err, nodes=nodes, pipeline=name))
+
+
+# How Fennel names the schema out of an operator in its errors ("...->drop node"); an
+# operator missing here (a transform, whose name depends on its schema) gets our words only.
+_FENNEL_LABELS: dict[type, str] = {
+    spec.FilterNode: "filter", spec.AggregateNode: "aggregate", spec.JoinNode: "join",
+    spec.UnionNode: "union", spec.RenameNode: "rename", spec.AssignNode: "assign",
+    spec.DropNode: "drop", spec.SelectNode: "select", spec.DropNullNode: "dropnull",
+    spec.DedupNode: "drop_duplicates", spec.ExplodeNode: "explode", spec.FirstNode: "first",
+    spec.LatestNode: "lastest", spec.ChangelogNode: "Changelog",
+}  # fmt: skip

@@ -28,7 +28,7 @@ from fennel_dagster.commit import bank, janitor
 from fennel_dagster.commit.blueprint import Blueprint, BlueprintDiff, BlueprintSet
 from fennel_dagster.commit.compiler import job_of
 from fennel_dagster.commit.crashpoints import crash_point
-from fennel_dagster.commit.errors import raise_for_backfill
+from fennel_dagster.commit.errors import branch_not_synced, raise_for_backfill
 from fennel_dagster.commit.physical import PhysicalAssets
 from fennel_dagster.commit.preview import diff
 from fennel_dagster.errors import CommitError
@@ -38,10 +38,6 @@ from fennel_dagster.wire.plan import PipelineJobSpec
 
 class StaleBranchError(CommitError, RuntimeError):
     """The branch moved since the commit was prepared."""
-
-
-class BranchNotFoundError(CommitError, LookupError):
-    pass
 
 
 class MetadataUnavailableError(CommitError, RuntimeError):
@@ -72,9 +68,7 @@ class CommitOutcome:
 def head(conn: psycopg.Connection, branch: str) -> int | None:
     found = commits.get_branch(conn, branch)
     if found is None:
-        raise BranchNotFoundError(
-            f"branch {branch!r} does not exist: create it with init_branch or clone_branch"
-        )
+        raise branch_not_synced(branch, commits.list_branches(conn))
     return found.head
 
 

@@ -42,7 +42,7 @@ class DefinitionServer:
     ) -> DefinitionResult:
         commit = select_env(commit)
         errors = tuple(validate(commit, previous, PLATFORM_RULES))
-        merged = _merge(commit, previous) if commit.incremental else commit
+        merged = merge_incremental(commit, previous) if commit.incremental else commit
         graph = EntityGraph.build(merged)
         blueprints = (
             compile_blueprints(graph, self.namespace, self.partitions)
@@ -52,7 +52,8 @@ class DefinitionServer:
         return DefinitionResult(merged, graph, blueprints, errors)
 
 
-def _merge(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> spec.CommitSpec:
+def merge_incremental(commit: spec.CommitSpec, previous: spec.CommitSpec | None) -> spec.CommitSpec:
+    """The branch's graph after an incremental ``commit`` on ``previous``."""
     if previous is None:
         return replace(commit, incremental=False)
     ds = {d.name: d for d in previous.datasets} | {d.name: d for d in commit.datasets}

@@ -130,6 +130,21 @@ def timestamps_and_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Vi
                 )
 
 
+def pipeline_inputs(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """Every dataset a pipeline reads is in the commit (or, incremental, on the branch)."""
+    readers: dict[str, list[str]] = {}
+    for ds in g.datasets.values():
+        for p in ds.pipelines:
+            for name in p.inputs:
+                if name not in g.datasets:
+                    readers.setdefault(name, []).append(f"{ds.name}.{p.name}")
+    for name, pipes in readers.items():
+        yield Violation(", ".join(pipes), f"input {name}", f"reads dataset {name}, which is not in the commit",
+                        f"add {name} to the commit",
+                        f"Dataset `{name}` is an input to the pipelines: `{pipes}` but is not "
+                        "synced. Please add it to the sync call.")  # fmt: skip
+
+
 def pipeline_schemas(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     for ds in g.datasets.values():
         yield from pipeline_schema_problems(ds, g.datasets)
@@ -220,6 +235,7 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                         d,
                         f"depends on dataset {d}, which is not in the commit",
                         f"add {d} to the commit",
+                        f"Dataset `{d}` not found in sync call",
                     )
             if ex.kind in ("lookup", "list_lookup"):
                 ds = g.datasets.get(ex.lookup_dataset or "")
@@ -303,7 +319,7 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation
             continue
         if ds.version < old.version:
             yield Violation(ds.name, "version", f"version went down from {old.version} to {ds.version}",
-                                  f"versions only grow: use {old.version + 1}")  # fmt: skip
+                            f"versions only grow: use {old.version + 1}", _bump_text(ds.name))  # fmt: skip
             continue
         if ds.version > old.version:
             bumped[ds.name] = ds.version
@@ -313,7 +329,7 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation
             downstream = [d for d in g.downstream(ds.name) if d in prev.datasets]
             tail = f" (downstream {', '.join(downstream)} must bump too)" if downstream else ""
             yield Violation(ds.name, changes[0], f"{', '.join(changes)} changed but {ds.name}.version is still {ds.version}",
-                                  f"bump it to {ds.version + 1}{tail}")  # fmt: skip
+                            f"bump it to {ds.version + 1}{tail}", _bump_text(ds.name))  # fmt: skip
             bumped[ds.name] = ds.version + 1  # report downstream as if it had been bumped
     for name in bumped:
         for down in g.downstream(name):
@@ -322,6 +338,26 @@ def immutability(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation
                 continue
             yield Violation(down, "version", f"its input {name} got a new version but {down}.version is still {new.version}",
                                   f"bump {down} to {old.version + 1} so it is recomputed from {name}'s new version")  # fmt: skip
+
+
+def _bump_text(name: str) -> str:
+    return f"Please update version of dataset: `{name}`"
+
+
+def featureset_supersets(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """An incremental commit may add features to a committed featureset, not remove any
+    (Fennel's rule): queries and extractors of other featuresets may read them."""
+    if prev is None or not g.incremental:
+        return
+    for fs in g.featuresets.values():
+        old = prev.featuresets.get(fs.name)
+        if old is None:
+            continue
+        gone = [f.name for f in old.features if f.name not in {n.name for n in fs.features}]
+        if gone:
+            yield Violation(fs.name, ", ".join(gone), f"the incremental commit removes feature(s) {', '.join(gone)}",
+                            f"keep every feature of {fs.name}, or commit the whole graph without incremental=True",
+                            f"Featureset {fs.name} is not a superset of the existing featureset")  # fmt: skip
 
 
 def _what_changed(old: spec.DatasetSpec, new: spec.DatasetSpec) -> list[str]:
@@ -365,8 +401,9 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viola
 
 
 RULES: tuple[Rule, ...] = (
-    owners, source_xor_pipeline, cdc_vs_keys, unread_source_options, source_filters, timestamps_and_keys, pipeline_schemas,
-    terminal_inputs, extractors, windows, immutability, deletions, deleted_not_used,
+    owners, source_xor_pipeline, cdc_vs_keys, unread_source_options, source_filters,
+    timestamps_and_keys, pipeline_inputs, pipeline_schemas, terminal_inputs, extractors,
+    windows, immutability, featureset_supersets, deletions, deleted_not_used,
     engine_shapes,
 )  # fmt: skip
 

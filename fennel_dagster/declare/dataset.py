@@ -119,8 +119,9 @@ def _dataset_fields(cls: type, name: str) -> tuple[spec.FieldSpec, ...]:
         dtype = to_dtype(hints[n], f"{name}.{n}")
         if d.deleted:
             raise DeclarationError(
-                f"Dataset currently does not support deleted or deprecated fields: {name}.{n} "
-                "has meta(deleted=True); remove the field from the dataset (with a version bump)"
+                "Dataset currently does not support deleted or deprecated fields.",
+                hint=f"{name}.{n} has meta(deleted=True): remove the field from the dataset "
+                "(with a version bump)",
             )
         if d.erase_key and not d.key:
             raise DeclarationError(
@@ -285,7 +286,11 @@ def _check_pipelines(ds: spec.DatasetSpec, inputs: dict[str, spec.DatasetSpec]) 
         return
     problems = semantics.installed().pipeline_problems(ds, inputs)
     if problems:
-        raise DeclarationError(f"dataset {ds.name}: " + "; ".join(problems))
+        ours = f"dataset {ds.name}: " + "; ".join(words for words, _ in problems)
+        fennel = next((text for _, text in problems if text), None)
+        if fennel is None:
+            raise DeclarationError(ours)
+        raise DeclarationError(fennel, hint=ours)  # Fennel's words first (fennel_dagster.errors)
 
 
 def dataset_spec(ds: Any) -> spec.DatasetSpec:

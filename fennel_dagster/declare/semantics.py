@@ -30,7 +30,9 @@ class Semantics(Protocol):
 
     def pipeline_problems(
         self, ds: spec.DatasetSpec, datasets: Mapping[str, spec.DatasetSpec]
-    ) -> list[str]: ...
+    ) -> list[tuple[str, str]]:
+        """Each problem as (our words with the fix, Fennel's words or "")."""
+        ...
 
     def node_schema(
         self, nodes: Sequence[spec.Node], node_id: str, datasets: Mapping[str, spec.DatasetSpec]

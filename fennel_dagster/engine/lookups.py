@@ -16,7 +16,12 @@ from fennel_dagster.engine.partitioning import key_bytes, partition_for
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.ops.rows import to_records
 from fennel_dagster.ops.state import StateReader
-from fennel_dagster.query.lookup import LookupFailed, lookup_state, lookup_state_records
+from fennel_dagster.query.lookup import (
+    LookupFailed,
+    dataset_not_found,
+    lookup_state,
+    lookup_state_records,
+)
 from fennel_dagster.wire import plan
 
 
@@ -26,7 +31,7 @@ def serving_job(jobs: Sequence[JobRow], dataset: str) -> JobRow:
         if plan.serves_dataset(j.spec) == dataset:
             return j
     if not any(j.spec.dataset.name == dataset for j in jobs):
-        raise LookupFailed(f"dataset {dataset} is not committed on this branch; commit it first")
+        raise dataset_not_found(dataset)
     raise LookupFailed(
         f"dataset {dataset} cannot be looked up: it has no index; declare it "
         "@dataset(index=True) with key fields, and commit"

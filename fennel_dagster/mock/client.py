@@ -27,6 +27,7 @@ from fennel_dagster.api import (
     LogResult,
     Unsupported,
     answer_shape,
+    check_input_columns,
     dataset_name,
     feature_name,
     input_frame,
@@ -35,13 +36,24 @@ from fennel_dagster.api import (
 )
 from fennel_dagster.commit.compiler import dataset_hashes, terminal_aggregate
 from fennel_dagster.commit.environment import select_env
-from fennel_dagster.commit.errors import CommitRejected, raise_for_backfill
+from fennel_dagster.commit.errors import (
+    MAIN_BRANCH,
+    CommitRejected,
+    branch_exists,
+    branch_not_synced,
+    clone_source_missing,
+    deleted_branch_missing,
+    main_branch_deletion,
+    raise_for_backfill,
+)
 from fennel_dagster.commit.graph import EntityGraph
+from fennel_dagster.commit.server import merge_incremental
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.declare.answers import struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.errors import ClientError
+from fennel_dagster.mock.fennel_words import rejection_text
 from fennel_dagster.ops import index
 from fennel_dagster.ops.pipeline import PipelineExecutor
 from fennel_dagster.ops.rows import loads, to_records, typed_series
@@ -56,7 +68,7 @@ from fennel_dagster.ops.source_rules import (
 )
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.execute import QueryExecutor
-from fennel_dagster.query.lookup import lookup_state
+from fennel_dagster.query.lookup import dataset_not_found, lookup_state
 from fennel_dagster.query.plan import plan_query
 from fennel_dagster.wire import plan, spec
 
@@ -65,7 +77,6 @@ class MockError(ClientError, ValueError):
     """A request the mock client cannot serve (unknown dataset, bad rows, ...)."""
 
 
-MAIN_BRANCH = "main"
 _BRANCH_STATE = ("state", "datasets", "featuresets", "_rows", "_executors", "_serving", "commits",
                  "_erased")  # fmt: skip
 
@@ -126,10 +137,7 @@ class MockClient:
         """Requests need a branch that exists: ``checkout`` of a missing one only names it,
         as Fennel's clients (and ours over HTTP) do, and the next request says so."""
         if self._absent is not None:
-            raise MockError(
-                f"branch {self._absent!r} does not exist: init_branch({self._absent!r}) or "
-                f"checkout({self._absent!r}, init=True) creates it"
-            )
+            raise branch_not_synced(self._absent, self.list_branches())
 
     def list_branches(self) -> list[str]:
         self._park()
@@ -137,7 +145,7 @@ class MockClient:
 
     def init_branch(self, name: str) -> Done:
         if name in self.list_branches():
-            raise MockError(f"branch {name!r} already exists: checkout({name!r}) to use it")
+            raise branch_exists(name)
         self.branch = name
         self._absent = None
         self._fresh()
@@ -152,9 +160,9 @@ class MockClient:
         source = from_branch or from_name or self.branch
         known = self.list_branches()
         if name in known:
-            raise MockError(f"branch {name!r} already exists: pick another name")
+            raise branch_exists(name, cloning=True)
         if source not in known:
-            raise MockError(f"branch {source!r} does not exist (branches: {', '.join(known)})")
+            raise clone_source_missing(source, known)
         copied = copy.deepcopy(self._branches[source])
         self.branch = name
         self._absent = None
@@ -177,10 +185,10 @@ class MockClient:
 
     def delete_branch(self, name: str) -> Done:
         known = self.list_branches()
-        if name == MAIN_BRANCH:
-            raise MockError("the main branch cannot be deleted")
         if name not in known:
-            raise MockError(f"branch {name!r} does not exist (branches: {', '.join(known)})")
+            raise deleted_branch_missing(name, known)
+        if name == MAIN_BRANCH:
+            raise main_branch_deletion()
         del self._branches[name]
         if self.branch == name:
             self._absent = name  # not parked again
@@ -244,7 +252,9 @@ class MockClient:
             serving = terminal_aggregate(ds)
             if serving is not None:
                 self._serving[ds.name] = serving
-        self.commits.append(commit)
+        # the branch's graph, as the platform keeps it: an incremental commit merged in
+        previous = self.commits[-1] if self.commits else None
+        self.commits.append(merge_incremental(commit, previous) if incremental else commit)
         depth = self._depths()  # a pipeline back-fills after those whose output it reads
         for ex in sorted(new, key=lambda ex: depth[ex.p.dataset]):
             self._backfill(ex)
@@ -343,8 +353,7 @@ class MockClient:
     def _dataset(self, name: str) -> spec.DatasetSpec:
         ds = self.datasets.get(name)
         if ds is None:
-            known = ", ".join(sorted(self.datasets)) or "none"
-            raise MockError(f"dataset {name!r} is not committed (committed: {known})")
+            raise dataset_not_found(name, list(self.datasets))
         return ds
 
     def _ingest(
@@ -383,9 +392,9 @@ class MockClient:
             bad += late
         result = LogResult(len(good), bad)
         if from_source and bad:
-            raise MockError(
-                f"{len(bad)} row(s) rejected by {ds.name}'s schema; first: {bad[0].reason}"
-            )
+            ours = f"{len(bad)} row(s) rejected by {ds.name}'s schema; first: {bad[0].reason}"
+            fennel = rejection_text(ds, df)  # Fennel's words first (fennel_dagster.errors)
+            raise MockError(ours) if fennel is None else MockError(fennel, hint=ours)
         good = self._without_erased(ds, good)
         if not good.empty:
             self._store(ds, good)
@@ -588,6 +597,7 @@ class MockClient:
         refuse_feature_log(log, workflow, sampling_rate)
         input_df = input_frame(input_df, input_dataframe)
         ins = [feature_name(i) for i in inputs]
+        check_input_columns(ins, input_df.columns)
         qplan = plan_query(list(self.featuresets.values()), ins, [feature_name(o) for o in outputs])
         executor = QueryExecutor(list(self.featuresets.values()), self.datasets, self._lookup)
         return executor.run(qplan, input_df, now_for(input_df, timestamps))

@@ -244,7 +244,10 @@ class QueryExecutor:
         try:
             result = fn(self._namespace()[fs.name], ts, *args)
         except Exception as e:
-            raise ExtractorError(f"{where} raised {type(e).__name__}: {e}") from e
+            raise ExtractorError(  # Fennel's words (fennel_dagster.errors), ours in the hint
+                f"Extractor `{ex.name}` in `{fs.name}` failed to run with error: {e}. ",
+                hint=f"{where} raised {type(e).__name__}: {e}",
+            ) from e
         if isinstance(result, pd.Series):
             result = result.to_frame(
                 name=ex.outputs[0] if result.name is None else str(result.name)

@@ -27,6 +27,21 @@ class LookupFailed(QueryError, LookupError):
     """A lookup that cannot be served: names the dataset and what to do."""
 
 
+class DatasetNotFound(LookupFailed, ValueError):
+    """A request names a dataset the branch has not committed (Fennel's mock raises a
+    ``ValueError`` with these words)."""
+
+
+def dataset_not_found(name: str, committed: list[str] | None = None) -> DatasetNotFound:
+    known = (
+        f" (committed: {', '.join(sorted(committed)) or 'none'})" if committed is not None else ""
+    )
+    return DatasetNotFound(
+        f"Dataset `{name}` not found",
+        hint=f"dataset {name} is not committed on this branch{known}: commit it first",
+    )
+
+
 def lookup_state(
     state: StateReader,
     ds: spec.DatasetSpec,

@@ -32,11 +32,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
+from fennel_dagster.commit.errors import BranchNotFoundError, CommitRejected
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import FennelError
 from fennel_dagster.heap import freeze_startup_heap
 from fennel_dagster.query.execute import ExtractorError
-from fennel_dagster.query.lookup import LookupFailed
+from fennel_dagster.query.lookup import DatasetNotFound, LookupFailed
 from fennel_dagster.query.plan import QueryPlanError
 from fennel_dagster.serve import graphql, graphql_fast, persisted, rest
 from fennel_dagster.serve.auth import AuthError, authenticate
@@ -44,7 +45,6 @@ from fennel_dagster.serve.frames import BadRequest, NotFound
 from fennel_dagster.serve.openapi import document
 from fennel_dagster.serve.persisted import PersistedQueryNotFound
 from fennel_dagster.serve.server import Server
-from fennel_dagster.serve.state import UnknownBranch
 from fennel_dagster.settings import Settings, get_settings
 
 log = logging.getLogger("fennel_dagster.serve.requests")
@@ -66,7 +66,7 @@ def status_of(e: BaseException) -> int:
     match e:
         case AuthError():
             return e.status
-        case UnknownBranch() | NotFound():
+        case BranchNotFoundError() | DatasetNotFound() | NotFound():
             return 404
         case EngineUnavailable():
             return 503
@@ -96,12 +96,16 @@ def guarded(handler: Handler, route: str, public: bool = False) -> Handler:
             status = status_of(e)
             if status == 500:  # a bug: logged whole, answered without internals
                 log.exception("request %s on %s failed", rid, route)
-            message = (
-                str(e)
-                if status != 500
-                else f"internal error ({type(e).__name__}); request id {rid}"
-            )
-            response = rest.JSON({"error": message, "request_id": rid}, status_code=status)
+            body: dict[str, object] = {"request_id": rid}
+            if status == 500:
+                body["error"] = f"internal error ({type(e).__name__}); request id {rid}"
+            else:  # the client raises the same class, with the same text and hint
+                body.update(error=str(e), kind=type(e).__name__)
+                if getattr(e, "hint", None):
+                    body["hint"] = e.hint  # type: ignore[attr-defined]
+                if isinstance(e, CommitRejected):
+                    body["violations"] = [vars(v) for v in e.errors]
+            response = rest.JSON(body, status_code=status)
             ERRORS.labels(route, str(status)).inc()
         elapsed = time.perf_counter() - start
         LATENCY.labels(route, str(response.status_code)).observe(elapsed)

@@ -16,7 +16,7 @@ import pandas as pd
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fennel_dagster.api import LogResult
+from fennel_dagster.api import LogResult, check_input_columns
 from fennel_dagster.ops.rows import base_type
 from fennel_dagster.query.lookup import as_key_types
 from fennel_dagster.serve.auth import Principal, entities_of
@@ -73,10 +73,11 @@ async def query(request: Request) -> Response:
             "log/workflow/sampling_rate: logging computed features is not supported; drop them"
         )
     graph = server.state.graph(branch)
+    data = columns(body.get("data"), "data")
+    check_input_columns(_names(body, "inputs"), data)  # first, as Fennel does
     plan = server.runner.plan(graph, _names(body, "inputs"), _names(body, "outputs"))
     principal.require_entities(entities_of(plan))
     request.state.featuresets = {o.split(".", 1)[0] for o in plan.outputs}
-    data = columns(body.get("data"), "data")
     missing = [i for i in plan.inputs if i not in data]
     if missing:
         raise BadRequest(f"data: missing input column(s) {', '.join(missing)}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from fennel_dagster.commit.errors import BranchNotSynced, branch_not_synced
 from fennel_dagster.engine import lookups
 from fennel_dagster.engine.lookup_client import Routes, load_routes
 from fennel_dagster.engine.outage import Outage
@@ -27,7 +28,6 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.metadata.migrate import migrate
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.metadata.tokens import TokenRow
-from fennel_dagster.query.lookup import LookupFailed
 from fennel_dagster.settings import Settings
 from fennel_dagster.wire import decode, spec
 
@@ -59,8 +59,7 @@ class BranchGraph:
         return registry.webhook_inboxes(self.jobs, webhook, endpoint)
 
 
-class UnknownBranch(LookupFailed):
-    pass
+UnknownBranch = BranchNotSynced  # a request on a branch that does not exist (Fennel's words)
 
 
 class ServingState:
@@ -85,9 +84,7 @@ class ServingState:
     def graph(self, branch: str) -> BranchGraph:
         g = self.graphs.get(branch)
         if g is None:
-            raise UnknownBranch(
-                f"branch {branch!r} does not exist; create it with init_branch or clone_branch"
-            )
+            raise branch_not_synced(branch, sorted(self.graphs))
         return g
 
     # ------------------------------------------------------------------ refresh

@@ -594,6 +594,11 @@ class DatasetSpec:
     def timestamp(self) -> str:
         return next(f.name for f in self.fields if f.timestamp)
 
+    @property
+    def _name(self) -> str:
+        """Fennel's name attribute of a dataset (``client.get_datasets()[0]._name``)."""
+        return self.name
+
 
 # --------------------------------------------------------------------------- featuresets
 
@@ -643,6 +648,11 @@ class FeaturesetSpec:
     # its other methods (``@classmethod def common_names(cls)``), which extractors call on
     # ``cls``; left out of the encoding while none
     helpers: tuple[HelperSpec, ...] = field(default=(), metadata=OMITTED_WHEN_DEFAULT)
+
+    @property
+    def _name(self) -> str:
+        """Fennel's name attribute of a featureset (``client.get_featuresets()[0]._name``)."""
+        return self.name
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import pytest
 from fennel_dagster import dataset, field
 from fennel_dagster.api import FennelClient, LogResult, Response, ResponseError
 from fennel_dagster.client import Client, LocalClient
+from fennel_dagster.commit.errors import BranchNotSynced
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.errors import ClientError, FennelError
 from fennel_dagster.mock import MockClient
@@ -274,7 +275,7 @@ def test_branches_init_clone_checkout_delete(client: FennelClient) -> None:
 
     client.checkout(f"{p}-missing")  # only named, as Fennel's clients do
     assert client.branch() == f"{p}-missing" and f"{p}-missing" not in client.list_branches()
-    with pytest.raises(FennelError, match=f"branch '{p}-missing' does not exist"):
+    with pytest.raises(BranchNotSynced, match=f"Branch: `{p}-missing` not found, please sync"):
         client.lookup(Member, keys)
 
     client.checkout("main")
@@ -283,7 +284,7 @@ def test_branches_init_clone_checkout_delete(client: FennelClient) -> None:
         assert isinstance(deleted, Response) and deleted.status_code == 200
         assert name not in client.list_branches()
     assert client.branch() == "main"
-    with pytest.raises(FennelError, match="main branch cannot be deleted"):
+    with pytest.raises(FennelError, match="Cannot delete the main branch."):
         client.delete_branch("main")
     with pytest.raises(FennelError, match="does not exist"):
         client.delete_branch(f"{p}-clone")

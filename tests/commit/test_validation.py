@@ -23,7 +23,7 @@ from fennel_dagster import (
 )
 from fennel_dagster.aggregate import Count, Sum
 from fennel_dagster.commit.compiler import compile_blueprints, jobs_of
-from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.graph import EntityGraph
 from fennel_dagster.commit.validate import validate, validate_or_raise
 from fennel_dagster.expr import col
@@ -342,6 +342,72 @@ def test_extractor_deps_must_be_in_the_commit() -> None:
     assert messages(commit_spec("m", [Txn], [F])) == [
         "F._auto_total (Spend): depends on dataset Spend, which is not in the commit: add Spend to the commit"
     ]
+
+
+def fennel_words(commit: spec.CommitSpec, previous: spec.CommitSpec | None = None) -> str:
+    """What ``str(CommitRejected)`` says: Fennel's words of the first violation with them."""
+    with pytest.raises(CommitRejected) as e:
+        validate_or_raise(commit, previous)
+    assert e.value.hint and all(str(v) in e.value.hint for v in e.value.errors)  # ours, all
+    return str(e.value)
+
+
+def test_rejections_say_fennels_words_and_keep_ours_in_the_hint() -> None:
+    Spend = spend_dataset()
+
+    @meta(owner=OWNER)
+    @featureset
+    class F:
+        uid: int
+        total: float = feature(Spend.total, default=0.0)
+
+    assert fennel_words(commit_spec("m", [Txn], [F])) == "Dataset `Spend` not found in sync call"
+    v1 = commit_spec("v1", [Txn, spend_dataset(1, "7d")])
+    v2 = commit_spec("v2", [Txn, spend_dataset(1, "30d")])
+    assert fennel_words(v2, v1) == "Please update version of dataset: `Spend`"
+    ours = CommitRejected([Violation("A", "", "is wrong", "fix it")])  # no Fennel words:
+    assert str(ours) == "commit rejected with 1 error(s):\n  - A: is wrong: fix it"  # ours
+    assert ours.hint is None
+
+
+def test_a_pipeline_input_outside_the_commit_is_refused() -> None:
+    Spend = spend_dataset()
+    assert messages(commit_spec("m", [Spend])) == [
+        "Spend.agg (input Txn): reads dataset Txn, which is not in the commit: add Txn to the commit"
+    ]
+    assert fennel_words(commit_spec("m", [Spend])) == (
+        "Dataset `Txn` is an input to the pipelines: `['Spend.agg']` but is not synced. "
+        "Please add it to the sync call."
+    )
+    base = commit_spec("v1", [Txn, Spend])  # incremental: the branch's datasets count
+    assert messages(commit_spec("m", [spend_dataset()], incremental=True), base) == []
+
+
+def test_an_incremental_commit_keeps_every_feature_of_a_featureset() -> None:
+    @meta(owner=OWNER)
+    @featureset
+    class G:
+        uid: int
+        a: int
+        b: int
+
+    before = commit_spec("v1", [], [G])
+
+    @meta(owner=OWNER)  # type: ignore[no-redef]
+    @featureset
+    class G:
+        uid: int
+        a: int
+
+    fewer = commit_spec("v2", [], [G], incremental=True)
+    assert messages(fewer, before) == [
+        "G (b): the incremental commit removes feature(s) b: keep every feature of G, or "
+        "commit the whole graph without incremental=True"
+    ]
+    assert fennel_words(fewer, before) == (
+        "Featureset G is not a superset of the existing featureset"
+    )
+    assert messages(dataclasses.replace(fewer, incremental=False), before) == []
 
 
 def test_changed_pipeline_without_version_bump_is_rejected_naming_downstream() -> None:

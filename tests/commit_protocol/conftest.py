@@ -18,7 +18,7 @@ def schema(live_stack: object) -> Iterator[str]:
     with LocalClient(settings_for(name)) as client:
         client.recover()
         for branch in client.list_branches():
-            client.drop_branch(branch)
+            client.delete_branch(branch, even_main=True)
     with connect(settings_for(name)) as conn:
         conn.execute(f"DROP SCHEMA {name} CASCADE")
         conn.commit()

@@ -8,9 +8,16 @@ import pytest
 
 from fennel_dagster.client import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
-from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.commit.errors import (
+    BranchExistsError,
+    BranchNotFoundError,
+    BranchNotSynced,
+    CommitRejected,
+    MainBranchDeletion,
+)
 from fennel_dagster.commit.protocol import StaleBranchError, commit
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.mock import MockClient
 from fennel_dagster.wire import spec
 from tests.commit_protocol.invariants import assert_invariants, topics_of_head
 from tests.commit_protocol.scenario import GRAPHS
@@ -140,3 +147,35 @@ def test_log_sends_every_row_in_batches_of_batch_size_and_refuses_a_bad_one(
     for bad in (0, -3):
         with pytest.raises(ClientError, match="batch_size"):
             client.log("hook", "t", rows, batch_size=bad)
+
+
+def test_branch_errors_are_the_mocks_class_and_words(client: LocalClient) -> None:
+    """Each refusal of a branch operation: the MockClient's class and text (Fennel's words),
+    with the fix in ``hint``."""
+    mock = MockClient()
+    client.commit("v1", GRAPHS["v1"]())
+    client.clone_branch("exp")
+    mock.clone_branch("exp")
+    refusals = [
+        (lambda c: c.init_branch("main"), BranchExistsError, "Branch name: `main` already exists"),
+        (lambda c: c.clone_branch("exp", from_branch="main"), BranchExistsError,
+         "Branch `exp` already exists"),
+        (lambda c: c.clone_branch("x", from_branch="gone"), BranchNotFoundError,
+         "Branch `gone` does not exist"),
+        (lambda c: c.delete_branch("main"), MainBranchDeletion, "Cannot delete the main branch."),
+        (lambda c: c.delete_branch("gone"), BranchNotFoundError,
+         "Branch name: gone does not exist"),
+    ]  # fmt: skip
+    for call, cls, words in refusals:
+        for c in (client, mock):
+            with pytest.raises(cls) as e:
+                call(c)
+            assert str(e.value) == words and e.value.hint, (c, words)
+    assert sorted(client.list_branches()) == ["exp", "main"]  # nothing changed
+    client.checkout("gone")  # a missing branch is only named, as Fennel's clients do
+    with pytest.raises(BranchNotSynced) as e:  # the next request says it does not exist
+        client.graph()
+    assert str(e.value) == (
+        '"Branch: `gone` not found, please sync this branch and try again. Available '
+        "branches: ['exp', 'main']\""
+    )

@@ -71,7 +71,7 @@ class BranchesMachine(RuleBasedStateMachine):
         if not hasattr(self, "client"):
             return
         for branch in self.client.list_branches():
-            self.client.drop_branch(branch)
+            self.client.delete_branch(branch, even_main=True)
         self.client.close()
         with connect(settings_for(self.schema)) as conn:
             conn.execute(f"DROP SCHEMA {self.schema} CASCADE")

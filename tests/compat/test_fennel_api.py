@@ -10,6 +10,12 @@ import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, feature, featureset, field, inputs, pipeline
+from fennel_dagster.commit.errors import (
+    BranchExistsError,
+    BranchNotFoundError,
+    BranchNotSynced,
+    MainBranchDeletion,
+)
 from fennel_dagster.commit.executable import PLATFORM_RULES
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
@@ -18,6 +24,7 @@ from fennel_dagster.errors import QueryError
 from fennel_dagster.expr import InvalidExprException, col, lit, when
 from fennel_dagster.mock import MockClient, log
 from fennel_dagster.mock.client import MockError
+from fennel_dagster.query.lookup import DatasetNotFound
 from fennel_dagster.sources import S3, Kafka, Postgres, Webhook, eval, ref, sink, source
 
 __owner__ = "compat@example.com"  # Fennel's module-level owner: no @meta needed below
@@ -106,18 +113,37 @@ def test_mock_branches_keep_their_own_definitions_and_share_webhook_rows() -> No
     client.checkout("main")  # a webhook is the namespace's: its rows reach every branch
     assert client.lookup(B, keys)[0]["v"].tolist() == [2]
     client.init_branch("empty")  # checked out, nothing committed
-    with pytest.raises(MockError, match="not committed"):
+    with pytest.raises(DatasetNotFound) as nf:  # Fennel's words; ours (and the fix) in hint
         client.lookup(B, keys)
-    with pytest.raises(MockError, match="already exists"):
+    assert str(nf.value) == "Dataset `B` not found" and "commit it first" in str(nf.value.hint)
+    with pytest.raises(BranchExistsError) as exists:
         client.init_branch("exp")
-    with pytest.raises(MockError, match="cannot be deleted"):
-        client.delete_branch("main")
+    assert str(exists.value) == "Branch name: `exp` already exists"
+    refusals = [  # (call, class, Fennel's words) as str() gives them
+        (lambda: client.clone_branch("main", from_branch="exp"), BranchExistsError,
+         "Branch `main` already exists"),
+        (lambda: client.clone_branch("x", from_branch="gone"), BranchNotFoundError,
+         "Branch `gone` does not exist"),
+        (lambda: client.delete_branch("main"), MainBranchDeletion,
+         "Cannot delete the main branch."),
+        (lambda: client.delete_branch("gone"), BranchNotFoundError,
+         "Branch name: gone does not exist"),
+    ]  # fmt: skip
+    for call, cls, words in refusals:
+        with pytest.raises(cls) as refused:
+            call()
+        assert str(refused.value) == words and refused.value.hint
     client.delete_branch("empty")
     assert client.branch == "main" and sorted(client.list_branches()) == ["exp", "main"]
     client.checkout("nope")  # named, as Fennel's clients do; the next request says it is missing
     assert client.branch == "nope" and "nope" not in client.list_branches()
-    with pytest.raises(MockError, match="branch 'nope' does not exist"):
+    with pytest.raises(BranchNotSynced) as missing:  # a KeyError in Fennel: str() is quoted
         client.lookup(B, keys)
+    assert str(missing.value) == (
+        '"Branch: `nope` not found, please sync this branch and try again. Available '
+        "branches: ['main', 'exp']\""
+    )
+    assert isinstance(missing.value, KeyError) and "init=True" in str(missing.value.hint)
     client.checkout("new", init=True)
     assert client.branch == "new"
 

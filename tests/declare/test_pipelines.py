@@ -160,3 +160,51 @@ def test_expressions_are_trees_of_calls() -> None:
     assert col("x").fillnull(0).astype(int).node.dtype == spec.IntType()
     with pytest.raises(DeclarationError, match="an expression has no truth value"):
         bool(col("a") > 1)
+
+
+def test_dropping_a_key_or_timestamp_field_is_refused_in_fennels_words() -> None:
+    @dataset(index=True)
+    class Member:
+        pk: str
+        uid: str = field(key=True)
+        email: str
+        createdAt: datetime = field(timestamp=True)  # noqa: N815 - Fennel's test's name
+
+    with pytest.raises(DeclarationError) as e:
+
+        @dataset
+        class Derived:
+            pk: str
+            uid: str = field(key=True)
+            email: str
+            createdAt: datetime = field(timestamp=True)  # noqa: N815
+
+            @pipeline
+            @inputs(Member)
+            def p(cls, m):  # type: ignore[no-untyped-def]
+                return m.drop(columns=["createdAt"])
+
+    assert str(e.value) == (
+        "Field `createdAt` is a key or timestamp field in schema of drop node input "
+        "'[Dataset:Member]'. Value fields are: ['pk', 'email']"
+    )
+    assert "drops the key/timestamp field(s) ['createdAt']" in str(e.value.hint)
+
+    with pytest.raises(DeclarationError) as e:  # after another operator: Fennel names it
+
+        @dataset
+        class Derived2:
+            pk: str
+            uid: str = field(key=True)
+            email: str
+            createdAt: datetime = field(timestamp=True)  # noqa: N815
+
+            @pipeline
+            @inputs(Member)
+            def p(cls, m):  # type: ignore[no-untyped-def]
+                return m.filter(lambda df: df["pk"] != "").drop(columns=["uid"])
+
+    assert str(e.value) == (
+        "Field `uid` is a key or timestamp field in schema of drop node input "
+        "'[Pipeline:p]->filter node'. Value fields are: ['pk', 'email']"
+    )

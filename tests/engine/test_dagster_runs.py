@@ -70,7 +70,7 @@ def end_runs(s: Settings, timeout: float = 8.0) -> None:
         pids = [int(p) for (p,) in rows]
         with LocalClient(s) as c:
             for branch in c.list_branches():
-                c.drop_branch(branch)
+                c.delete_branch(branch, even_main=True)
         wait_for(lambda: not any(pid_alive(p) for p in pids), timeout, "the engine runs to end")
 
 

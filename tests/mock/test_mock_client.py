@@ -10,10 +10,24 @@ import pytest
 from examples.payments import DATASETS, FEATURESETS
 from examples.payments.datasets import Merchant, Transaction, User, UserSpend
 from examples.payments.events import generate
-from fennel_dagster import commit_spec, dataset, field, source
+from fennel_dagster import (
+    commit_spec,
+    dataset,
+    extractor,
+    featureset,
+    field,
+    inputs,
+    meta,
+    outputs,
+    source,
+)
+from fennel_dagster.api import MissingInputColumns
 from fennel_dagster.commit.errors import CommitRejected
+from fennel_dagster.dtypes import between
 from fennel_dagster.mock import MockClient, mock
 from fennel_dagster.mock.client import MockError
+from fennel_dagster.query.execute import ExtractorError
+from fennel_dagster.query.lookup import DatasetNotFound
 from fennel_dagster.sources import Webhook
 
 EVENTS = generate(n_users=20, n_merchants=8, n_transactions=400, days=10)
@@ -114,11 +128,60 @@ def test_rows_that_break_the_schema_are_rejected_with_the_field_and_value() -> N
     c.commit("v1", DATASETS, FEATURESETS)
     bad = EVENTS.transactions.head(2).copy()
     bad["currency"] = ["EUR", "JPY"]
-    with pytest.raises(
-        MockError,
-        match=r"1 row\(s\) rejected by Transaction's schema; first: Transaction.currency = 'JPY' is not one of \['EUR', 'GBP', 'USD'\]",
-    ):
+    with pytest.raises(MockError) as e:
         c.log(Transaction, bad)
+    assert str(e.value) == (  # Fennel's words (its users' tests compare them)...
+        'Schema validation failed during data insertion to `Transaction` [ValueError("Field '
+        "`currency` is of type oneof, but Value JPY is not in options ['EUR', 'GBP', 'USD'].\")]"
+    )
+    assert e.value.hint == (  # ... and ours, naming the row, in the hint
+        "1 row(s) rejected by Transaction's schema; first: Transaction.currency = 'JPY' is "
+        "not one of ['EUR', 'GBP', 'USD'] (declared oneof(str, ['EUR', 'GBP', 'USD']))"
+    )
+
+
+def test_a_value_that_does_not_cast_is_refused_in_fennels_words() -> None:
+    @meta(owner="team@example.com")
+    @source(Webhook(name="h").endpoint("people"), cdc="upsert", disorder="1d")
+    @dataset(index=True)
+    class People:
+        uid: int = field(key=True)
+        age: int | None
+        score: between(int, 0, 10)  # type: ignore[valid-type]
+        ts: datetime
+
+    c = MockClient()
+    c.commit("v1", [People])
+    now = pd.Timestamp.now(tz="UTC")
+    rows = pd.DataFrame({"uid": [1, 2], "age": ["32yrs", 24], "score": [1, 2], "ts": [now, now]})
+    with pytest.raises(MockError) as e:
+        c.log("h", "people", rows)
+    assert str(e.value) == (
+        "Schema validation failed during data insertion to `People`: Failed to cast data "
+        "logged to column `age` of type `optional(int)`: Expected bytes, got a 'int' object"
+    )
+    assert "People.age = '32yrs' is not an int" in str(e.value.hint)
+    rows = pd.DataFrame({"uid": [1, 2], "age": [3, 4], "score": [1, 12], "ts": [now, now]})
+    with pytest.raises(MockError) as e:
+        c.log("h", "people", rows)
+    assert str(e.value) == (
+        "Schema validation failed during data insertion to `People` [ValueError('Field "
+        "`score` is of type between, but Value 12 is out of bounds for between type, bounds "
+        "are [0, 10].')]"
+    )
+
+
+def test_query_errors_are_in_fennels_words(client: MockClient) -> None:
+    with pytest.raises(MissingInputColumns) as e:  # the input rows are checked first
+        client.query(["UserFeatures.uid"], ["NoSuchFeatureset"], pd.DataFrame({"uid": [1]}))
+    assert str(e.value) == (
+        "Input dataframe does not contain all the required features. Required features: "
+        "['UserFeatures.uid']. Input dataframe columns: Index(['uid'], dtype='object')"
+    )
+    assert "UserFeatures.uid" in str(e.value.hint)
+    with pytest.raises(DatasetNotFound) as nf:
+        client.lookup("NoSuchDataset", pd.DataFrame({"uid": [1]}))
+    assert str(nf.value) == "Dataset `NoSuchDataset` not found" and isinstance(nf.value, ValueError)
 
 
 def test_commit_runs_validation_and_reports_every_error() -> None:
@@ -159,3 +222,28 @@ def test_query_offline_takes_fennels_arguments_too(client: MockClient) -> None:
     with pytest.raises(MockError, match="reads and writes no S3"):
         client.query_offline(["UserFeatures.uid"], ["UserFeatures.spend_7d"], "ts",
                              input_s3="s3://bucket/spine/")  # fmt: skip
+
+
+def test_an_extractor_that_raises_is_reported_in_fennels_words() -> None:
+    @meta(owner="team@example.com")
+    @featureset
+    class Broken:
+        uid: int
+        x: int
+
+        @extractor
+        @inputs("uid")
+        @outputs("x")
+        def compute(cls, ts: pd.Series, uid: pd.Series) -> pd.Series:
+            raise NameError("name 'Missing' is not defined")
+
+    c = MockClient()
+    c.commit("v1", featuresets=[Broken])
+    with pytest.raises(ExtractorError) as e:
+        c.query(["Broken.uid"], ["Broken.x"], pd.DataFrame({"Broken.uid": [1]}))
+    assert str(e.value) == (
+        "Extractor `compute` in `Broken` failed to run with error: name 'Missing' is not defined. "
+    )
+    assert (
+        e.value.hint == "extractor Broken.compute raised NameError: name 'Missing' is not defined"
+    )

@@ -123,7 +123,8 @@ def _send(serving: Serving, call: Call, token: str | None) -> httpx.Response:
 def _refused(resp: httpx.Response, status: int, secrets: list[str], mentions: str) -> None:
     assert resp.status_code == status, resp.text
     body = resp.json()
-    assert set(body) == {"error", "request_id"}, body  # a reason, no data
+    assert set(body) - {"kind", "hint"} == {"error", "request_id"}, body  # a reason, no data
+    assert body.get("kind") == "AuthError", body  # the class the client raises again
     assert mentions in body["error"], body
     assert not any(s in resp.text for s in secrets)
 

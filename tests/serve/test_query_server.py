@@ -7,7 +7,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from examples.payments.datasets import DATASETS
+from examples.payments.featuresets import FEATURESETS
 from fennel_dagster.client import Client
+from fennel_dagster.client.http import ServerError
+from fennel_dagster.commit.errors import BranchNotSynced
+from fennel_dagster.errors import FennelError
+from fennel_dagster.mock import MockClient
 from fennel_dagster.query.plan import plan_query
 from tests.serve.conftest import Serving
 
@@ -315,3 +321,40 @@ def test_an_engine_answers_each_lookup_of_a_batch_on_its_own(
     assert first["rows"][0]["txns_forever"] == int(want["txns_forever"].iloc[0])
     assert second["status"] == 409 and "does not own" in second["error"]
     assert httpx.post(url, content=body, timeout=10).status_code == 401
+
+
+def test_errors_over_http_are_the_mocks_class_words_and_hint(loaded, serving: Serving) -> None:  # type: ignore[no-untyped-def]
+    """A refusal through the query server is raised by ``Client`` as the class the mock
+    raises (a ``ServerError`` too, with the status), with the mock's text (Fennel's words)."""
+    admin, _, _, _ = loaded
+    mock = MockClient()
+    mock.commit("payments", datasets=DATASETS, featuresets=FEATURESETS)
+    keys = pd.DataFrame({"uid": [1]})
+    refusals = [
+        lambda c: c.init_branch("main"),
+        lambda c: c.clone_branch("main", from_branch="main"),
+        lambda c: c.clone_branch("x", from_branch="gone"),
+        lambda c: c.delete_branch("main"),
+        lambda c: c.delete_branch("gone"),
+        lambda c: c.lookup("Nope", keys),
+        lambda c: c.query(["UserFeatures.uid"], ["UserFeatures.country"], pd.DataFrame({"x": [1]})),
+        # a non-incremental commit leaving out every dataset the extractors read
+        lambda c: c.commit("bad", datasets=[], featuresets=FEATURESETS),
+    ]
+    for call in refusals:
+        with pytest.raises(FennelError) as by_mock:
+            call(mock)
+        with pytest.raises(FennelError) as over_http:
+            call(admin)
+        got, want = over_http.value, by_mock.value
+        assert isinstance(got, type(want)), (type(got).__mro__, type(want))
+        assert str(got) == str(want) and bool(got.hint) == bool(want.hint), (got, want)
+        if isinstance(got, ServerError):  # raised by the server (the input check is the client's)
+            assert got.status in (400, 404)
+    with pytest.raises(BranchNotSynced) as missing:
+        Client(serving.url, serving.token("any"), branch="gone").lookup("User", keys)
+    assert str(missing.value) == (
+        '"Branch: `gone` not found, please sync this branch and try again. Available '
+        f'branches: {sorted(admin.list_branches())}"'
+    )
+    assert missing.value.status == 404 and "init=True" in str(missing.value.hint)
