@@ -25,6 +25,7 @@ from fennel_dagster.api import (
 )
 from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.answers import answer_value, holds_struct
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops.rows import json_column, typed_series
@@ -247,7 +248,14 @@ class Client:
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:
-    """Columns of an answer in their types (``types``: each column's, as the wire encodes it)."""
-    return pd.DataFrame(
-        {c: typed_series(v, codec.from_jsonable(types[c])) for c, v in data.items()}
-    )
+    """Columns of an answer in their types (``types``: each column's, as the wire encodes it);
+    a struct value an object of its class and a missing one None, as the MockClient answers
+    a Python extractor's."""
+    out = {}
+    for c, v in data.items():
+        dtype = codec.from_jsonable(types[c])
+        out[c] = typed_series(v, dtype)
+        if holds_struct(dtype):
+            out[c] = pd.Series([None if x is None else answer_value(x, dtype)
+                                for x in out[c].tolist()], dtype=object)  # fmt: skip
+    return pd.DataFrame(out)
