@@ -6,7 +6,8 @@ server: each is reproduced here over real HTTP, Kafka and Postgres, and must sta
   a 500 ``Unknown topic`` for minutes;
 - a log to a webhook that does not exist is a 4xx naming it and the fix;
 - a query whose Python extractor returns struct values: the executor process could not
-  pickle the shipped struct class back (a 500 ``PicklingError``).
+  pickle the shipped struct class back (a 500 ``PicklingError``);
+- a logged row too large for a Kafka message, a lookup's non-string field: 500s, now 400s.
 
 No ``from __future__ import annotations``: the featureset's fields name a struct, which
 string annotations would leave unresolved.
@@ -179,5 +180,31 @@ def test_struct_values_from_a_python_extractor_come_back_as_the_mocks(serving: S
                 assert [_class_names(v) for v in got[c]] == [_class_names(v) for v in want[c]]
         assert got["Shaped.pair"][2].label == "u3"
         assert pd.isna(got["Shaped.maybe"][1]) and got["Shaped.maybe"][0].label == "u1"
+    finally:
+        admin.delete_branch(branch)
+
+
+def test_bad_input_on_the_way_is_a_4xx_naming_the_field(serving: Serving) -> None:
+    """A logged row too large for a Kafka message (before: a 500 ``KafkaException``) and a
+    lookup asking a field by a non-string (before: a 500 ``TypeError``)."""
+    branch = f"bad-{uuid.uuid4().hex[:6]}"
+    token = serving.token("errs-admin", ("admin",))
+    admin = Client(serving.url, token, branch=branch)
+    admin.init_branch(branch)
+    try:
+        admin.commit("events", datasets=[Events])
+        big = _events(2).assign(blob=["x" * 1_100_000, "y"])
+        with pytest.raises(ServerError) as too_big:
+            admin.log(HOOK, "Events", big)
+        assert too_big.value.status == 400 and "row 0" in str(too_big.value), too_big.value
+        assert "shrink" in str(too_big.value)
+        assert admin.log(HOOK, "Events", _events(2)).accepted == 2  # the writer goes on
+        resp = httpx.post(
+            f"{serving.url}/api/v1/dataset/Events/lookup",
+            json={"keys": {"uid": [1]}, "fields": [{"score": 1}]},
+            headers={"Authorization": f"Bearer {token}", "X-FENNEL-BRANCH": branch},
+            timeout=30,
+        )
+        assert resp.status_code == 400 and "fields" in resp.json()["error"], resp.text
     finally:
         admin.delete_branch(branch)
