@@ -38,7 +38,7 @@ from fennel_dagster.commit.errors import (
     Violation,
 )
 from fennel_dagster.declare import commit_spec
-from fennel_dagster.declare.answers import struct_objects
+from fennel_dagster.declare.answers import answer_value, holds_struct, struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError, FennelError
@@ -349,7 +349,14 @@ def _name_of(dataset: DatasetRef) -> str:
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:
-    """Columns of an answer in their types (``types``: each column's, as the wire encodes it)."""
-    return pd.DataFrame(
-        {c: typed_series(v, codec.from_jsonable(types[c])) for c, v in data.items()}
-    )
+    """Columns of an answer in their types (``types``: each column's, as the wire encodes it);
+    a struct value an object of its class and a missing one None, as the MockClient answers
+    a Python extractor's."""
+    out = {}
+    for c, v in data.items():
+        dtype = codec.from_jsonable(types[c])
+        out[c] = typed_series(v, dtype)
+        if holds_struct(dtype):
+            out[c] = pd.Series([None if x is None else answer_value(x, dtype)
+                                for x in out[c].tolist()], dtype=object)  # fmt: skip
+    return pd.DataFrame(out)

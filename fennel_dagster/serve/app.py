@@ -42,6 +42,7 @@ from fennel_dagster.query.plan import QueryPlanError
 from fennel_dagster.serve import graphql, graphql_fast, persisted, rest
 from fennel_dagster.serve.auth import AuthError, authenticate
 from fennel_dagster.serve.frames import BadRequest, NotFound
+from fennel_dagster.serve.inbox import InboxUnavailable
 from fennel_dagster.serve.openapi import document
 from fennel_dagster.serve.persisted import PersistedQueryNotFound
 from fennel_dagster.serve.server import Server
@@ -68,7 +69,7 @@ def status_of(e: BaseException) -> int:
             return e.status
         case BranchNotFoundError() | DatasetNotFound() | NotFound():
             return 404
-        case EngineUnavailable():
+        case EngineUnavailable() | InboxUnavailable():
             return 503
         case ExtractorError():
             return 422  # user code failed on this input: the request, not the server

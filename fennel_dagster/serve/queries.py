@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import numpy as np
 import pandas as pd
 from prometheus_client import Histogram
 
 from fennel_dagster.commit import branches
+from fennel_dagster.declare.dtypes import struct_fields
 from fennel_dagster.declare.lookup import LookupProvider
 from fennel_dagster.engine.lookup_client import EngineLookups, Routes, Want, as_columns
 from fennel_dagster.engine.lookup_pool import LookupPool
@@ -316,4 +318,37 @@ def _run_in_worker(
         )  # fmt: skip
         executors[(branch, head)] = executor
     executor.provider = _provider(graph, via)
-    return executor.run(plan, frame, ts), via.calls
+    return plain_values(executor.run(plan, frame, ts)), via.calls
+
+
+def plain_values(result: pd.DataFrame) -> pd.DataFrame:
+    """``result`` with each struct value a dict of its fields (nested ones, and those in
+    lists and maps, too): a struct's class is built from the commit's shipped source in this
+    process, under a module the server cannot import, so its objects do not pickle back.
+    Answers carry structs as objects of their fields either way (``ops.rows.json_value``)."""
+    for c in result.columns:
+        col = result[c]
+        if col.dtype == object and any(_holds_struct_value(v) for v in col.tolist()):
+            result[c] = pd.Series([_plain(v) for v in col.tolist()], index=col.index,
+                                  dtype=object, name=col.name)  # fmt: skip
+    return result
+
+
+def _holds_struct_value(value: Any) -> bool:
+    if struct_fields(value) is not None:
+        return True
+    if isinstance(value, list | tuple | np.ndarray):
+        return any(_holds_struct_value(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_struct_value(v) for v in value.values())
+    return False
+
+
+def _plain(value: Any) -> Any:
+    if (fields := struct_fields(value)) is not None:
+        return {k: _plain(v) for k, v in fields.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

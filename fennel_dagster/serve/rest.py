@@ -117,7 +117,10 @@ async def lookup(request: Request) -> Response:
     ds = job.spec.dataset
     types = {f.name: f.dtype for f in ds.fields}
     fields = body.get("fields") or None
-    if fields is not None and (not isinstance(fields, list) or any(f not in types for f in fields)):
+    if fields is not None and (
+        not isinstance(fields, list)
+        or any(not isinstance(f, str) or f not in types for f in fields)
+    ):
         raise BadRequest(f"fields: expected a list of fields of {name} ({', '.join(types)})")
     data = columns(body.get("keys", []), "keys")
     missing = [k for k in ds.keys if k not in data]

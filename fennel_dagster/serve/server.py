@@ -1,5 +1,6 @@
-"""One query server's parts: the serving state, the query runner, a Kafka producer for
-logged rows, and the platform operations (commit, branches) it carries out for clients."""
+"""One query server's parts: the serving state, the query runner, the writer of logged rows
+to webhook inbox topics, and the platform operations (commit, branches) it carries out for
+clients."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 import psycopg
-from confluent_kafka import Producer
 
 from fennel_dagster.api import LogResult
 from fennel_dagster.client.local import LocalClient
@@ -26,6 +26,7 @@ from fennel_dagster.metadata.db import connect
 from fennel_dagster.offline.exchange import prepare_request, read_frame
 from fennel_dagster.ops.rows import dumps
 from fennel_dagster.serve.frames import BadRequest, NotFound
+from fennel_dagster.serve.inbox import InboxWriter
 from fennel_dagster.serve.queries import QueryRunner
 from fennel_dagster.serve.state import BranchGraph, ServingState
 from fennel_dagster.serve.stats import FeaturesetWindow
@@ -40,7 +41,7 @@ class Server:
         self.settings = settings
         self.state = ServingState(settings)
         self.runner = QueryRunner(settings, processes=processes)
-        self._producer: Producer | None = None
+        self.inbox = InboxWriter(settings.kafka_servers)
         self._types: dict[tuple[str, int | None], dict[str, spec.DType]] = {}
         self._ops = threading.Lock()  # commits and branch operations: one at a time
         self.window = FeaturesetWindow(f"{socket.gethostname()}:{os.getpid()}")
@@ -55,8 +56,7 @@ class Server:
         self._stop.set()
         self.state.stop()
         self.runner.close()
-        if self._producer is not None:
-            self._producer.flush(10)
+        self.inbox.close()
 
     def _publish_stats(self) -> None:
         """Every ``serve_stats_interval_s``: this server's window, for Dagster to show."""
@@ -105,17 +105,8 @@ class Server:
                 f"webhook {webhook}.{endpoint}: no committed dataset has a source "
                 f"Webhook(name={webhook!r}).endpoint({endpoint!r}) on any branch; commit one"
             )
-        if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.settings.kafka_servers,
-                                       "enable.idempotence": True, "linger.ms": 2})  # fmt: skip
-        for topic, partitions in inboxes.items():
-            for i, rec in enumerate(rows):
-                self._producer.produce(topic, dumps(rec), partition=i % partitions)
-        if self._producer.flush(30):
-            raise ClientError(
-                f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
-            )
-        return LogResult(len(rows))
+        accepted = self.inbox.write(webhook, endpoint, inboxes, [dumps(rec) for rec in rows])
+        return LogResult(accepted)
 
     def dataset_rows(
         self, branch: str, name: str, newest: int | None
