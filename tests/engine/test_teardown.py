@@ -6,6 +6,7 @@ they hear of it (real Kafka, Postgres, S3, processes)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from psycopg import sql
 
 from fennel_dagster import dataset, inputs, meta, pipeline
 from fennel_dagster.client import LocalClient
+from fennel_dagster.engine import supervisor
 from fennel_dagster.engine.snapshots import SnapshotStore
 from fennel_dagster.engine.supervisor import Supervisor
 from fennel_dagster.metadata.db import connect
@@ -217,3 +219,38 @@ def _rows(conn: psycopg.Connection, hashes: list[str]) -> dict[str, int]:
         ).fetchone()
         out[table] = int(row[0]) if row else 0
     return out
+
+
+def _deaf_to_sigterm(ready: Any) -> None:
+    """A runner that will not stop: SIGTERM ignored, sleeping."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+def test_a_runner_that_will_not_stop_is_killed_without_holding_the_poll(
+    engine_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "STOP_GRACE_S", 2.0)
+    sup = Supervisor(engine_settings, engine_id="engine-deaf")
+    ready = sup._ctx.Event()
+    proc = sup._ctx.Process(target=_deaf_to_sigterm, args=(ready,), daemon=True)
+    proc.start()
+    assert ready.wait(30)
+    key = ("deaf-job", 0)
+    job = JobRow("deaf-job", "deaf", "source", 1, None)  # type: ignore[arg-type]
+    sup.runners[key] = supervisor._Running(job, 0, proc, time.monotonic(), group=(key,))
+    try:
+        t0 = time.monotonic()
+        sup._stop_runner((key,))
+        assert time.monotonic() - t0 < 0.5, "stopping a runner waited on it"
+        assert proc.is_alive() and sup.winding_down() == {key}
+        time.sleep(1.0)
+        assert proc.is_alive(), "SIGTERM is all it gets within its grace"
+        wait_for(lambda: not sup.winding_down(), 10, "the reaper to kill and join it")
+        assert time.monotonic() - t0 >= 2.0
+        assert proc.exitcode == -signal.SIGKILL
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        sup.shutdown()
