@@ -202,6 +202,8 @@ def test_a_deleted_branch_leaves_no_snapshot_and_no_registry_row(
         assert _rows(conn, hashes) == dict.fromkeys(REGISTRY_TABLES, 0)
     left = store.objects.list(f"{s.namespace}/snapshots/", recursive=True)
     assert not left, f"snapshots outlived their branch: {[o.key for o in left][:5]}"
+    with LocalClient(s) as c:  # nor anything else of it (offline tables)
+        assert c.physical.stray_objects(set()) == []
 
 
 REGISTRY_TABLES = ("jobs", "job_partitions", "job_failures", "runner_heartbeats", "stream_stats")
