@@ -276,10 +276,8 @@ class Supervisor:
 
     def _leave(self, group: Group, leaving: list[Key]) -> None:
         rest = tuple(k for k in group if k not in leaving)
-        process = self.runners[group[0]].process
-        for k in leaving:
-            del self.runners[k]
         run = self.runners[group[0]]
+        process = run.process
         names = self._names(group)
         for k in leaving:
             del self.runners[k]
