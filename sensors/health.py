@@ -52,7 +52,8 @@ def stream_health(
         path = catalog.asset_path(h.branch, h.dataset)
         values: dict[str, int | float | str] = {
             "rows": h.rows, "error rows": h.bad_rows,
-            "consumer lag": h.lag if h.lag is not None else "not reported",
+            "consumer lag": h.lag if h.lag is not None else "unknown",
+            "caught up": "yes" if h.caught_up else "no",
             "index lag": h.index_lag if h.index_lag is not None else "none",
             "last event time": h.newest_event.isoformat() if h.newest_event else "none",
             "runners reporting": f"{h.running} of {h.partitions}",

@@ -271,13 +271,11 @@ class _Compiler:
             stateful=_stateful(p), repartition=repartition, serves=serves,
         )  # fmt: skip
         self.out.append(job_blueprint(prefix, entity, jident, job))
-        if job.stateful:
-            self.snapshots(
-                f"snapshots/{safe}.{_safe(p.name)}",
-                entity,
-                {**jident, "role": "snapshots"},
-                job.name,
-            )
+        # stateless too: its state (input offsets, replaylog marker) is snapshotted like any
+        # job's, so the bank owns the prefix, destroys it with the job, and a job deleted and
+        # committed again meets a new incarnation instead of the deleted one's snapshots
+        self.snapshots(f"snapshots/{safe}.{_safe(p.name)}", entity,
+                       {**jident, "role": "snapshots"}, job.name)  # fmt: skip
 
     def index(self, ds: spec.DatasetSpec, ident: dict[str, Any], topic: str, errors: str) -> None:
         ns, safe = self.ns, _safe(ds.name)

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from fennel_dagster.engine import kafka_clients
 from fennel_dagster.engine.chaining import chain_txn_id
 from fennel_dagster.engine.checkpoint import Checkpoint, committing
-from fennel_dagster.engine.failures import Fenced
+from fennel_dagster.engine.failures import Fenced, StopRequested
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.messages import InMessage
 from fennel_dagster.engine.recovery import open_state
@@ -85,8 +85,12 @@ class ChainRunner:
         kafka_clients.fence(self.settings, [self.up.txn_id, self.down.txn_id])  # runners alone
         with self._opened() as (hangars, consumers):
             up_c, down_c = consumers
-            up_c.assign(self.up.recover(hangars[0], up_c))
-            starts = self.down.recover(hangars[1], down_c)
+            try:
+                up_c.assign(self.up.recover(hangars[0], up_c))
+                starts = self.down.recover(hangars[1], down_c)
+            except StopRequested:  # told to stop while recovering: a clean stop
+                log.info("%s: stopped during recovery", self.txn_id)
+                return
             down_c.assign(starts)
             at = next((tp.offset for tp in starts if (tp.topic, tp.partition) == self.link), -1)
             self.link_read = at - 1 if at >= 0 else -1

@@ -24,18 +24,23 @@ class DatasetHealth:
     dataset: str
     rows: int  # rows its writer jobs (source, pipelines) wrote to its topic
     bad_rows: int  # rows they sent to its error topic
-    lag: int | None  # input messages its writers have not processed (None: none reported)
-    index_lag: int | None  # its rows not yet in its index (None: no index, or not reported)
+    lag: int | None  # input messages its writers have not processed (None: unknown, as long
+    # as any writer partition has not reported a measured lag: one that has not fetched yet)
+    index_lag: int | None  # its rows not yet in its index (None: no index, or unknown)
     newest_event: datetime | None  # the newest event time written
     partitions: int  # job partitions that write or index it
     running: int  # of those, how many reported within REPORTING_WITHIN_S
     stopped: tuple[str, ...]  # "<job> p<k>: <reason>" of any of its jobs' partitions (its
     # writers', index's, offline table's and sinks') stopped for good
+    caught_up: bool  # every writer and index partition reported lately, each a lag of 0
+    # measured (an unknown lag, one not reported, or a stale report: not caught up)
 
 
 def _sum(values: list[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+    """The total lag of some partitions; unknown if any one's is (or there are none)."""
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
 
 
 def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
@@ -59,8 +64,8 @@ def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
                 branch, name,
                 rows=sum(s.rows_out for _, s in writers if s is not None),
                 bad_rows=sum(s.bad_rows for _, s in writers if s is not None),
-                lag=_sum([s.lag for _, s in writers if s is not None]),
-                index_lag=_sum([s.lag for s in index if s is not None]),
+                lag=_sum([None if s is None else s.lag for _, s in writers]),
+                index_lag=_sum([None if s is None else s.lag for s in index]),
                 newest_event=max(newest) if newest else None,
                 partitions=len(parts),
                 running=sum(1 for _, _, s in parts
@@ -68,5 +73,7 @@ def stream_health(conn: psycopg.Connection) -> list[DatasetHealth]:
                 stopped=tuple(f"{j.name} p{p}: {failed[(j.hash, p)].reason}"
                               for j in every[name] for p in range(j.partitions)
                               if (j.hash, p) in failed),
+                caught_up=all(s is not None and s.lag == 0 and s.age_s < REPORTING_WITHIN_S
+                              for _, _, s in parts),
             ))  # fmt: skip
     return out

@@ -98,6 +98,17 @@ def topic_partitions(
         stop.wait(1)
 
 
+def topic_missing(client: Consumer, topic: str, timeout: float = 5.0) -> bool:
+    """Whether the broker says ``topic`` does not exist (False when it cannot be asked: an
+    unreachable broker is waited out by the caller's own timeouts, not taken for a delete)."""
+    try:
+        md = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    except KafkaException:
+        return False
+    return md is None or (md.error is not None
+                          and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)  # fmt: skip
+
+
 def in_message(msg: Message) -> InMessage:
     """The message as a named tuple made by ``tuple.__new__``: the named tuple's own
     constructor is a Python function, a third of this call's cost on a source's batch."""
@@ -111,14 +122,16 @@ _new_tuple = tuple.__new__
 
 def lag(c: Consumer) -> int | None:
     """Messages between ``c``'s positions and the ends of its assigned partitions (a broker
-    round trip: ask every few seconds); None when the broker cannot be reached (the
-    consumer's loop meets that itself)."""
+    round trip: ask every few seconds). None (unknown) while a partition has no position
+    yet — before its first fetch: a runner that has not read is not caught up, whatever
+    the end — or when the broker cannot be reached (the consumer's loop meets that)."""
     try:
         behind = 0
         for tp in c.position(c.assignment()):
+            if tp.offset < 0:  # not fetched yet (a fetch, even of nothing, gives a position)
+                return None
             _, high = c.get_watermark_offsets(tp, timeout=1.0, cached=False)
-            if tp.offset >= 0:
-                behind += max(0, high - tp.offset)
+            behind += max(0, high - tp.offset)
         return behind
     except KafkaException:
         return None

@@ -7,6 +7,11 @@ records. A crash anywhere leaves either the whole commit or none of it, and the 
 resumes from what the table says: no row is lost or written twice. A second writer (a
 zombie after a hand-over) conflicts at its next commit (conditional put) and stops.
 
+A platform table's prefix is the bank's: before each commit the writer checks the prefix's
+marker, which a destroy (its dataset deleted, a version bumped) deletes first, and stops
+writing once it is gone (``TableReleased``), so its last rows do not outlive the table in the
+seconds before it hears that its job was removed.
+
 An S3 sink (``plan.S3SinkJobSpec``) is written the same way into its own table, in the sink's
 bucket of the platform's object store. That bucket is the user's: the writer does not create
 it (a missing one fails the job, naming it) and never expires the sink's rows.
@@ -30,6 +35,7 @@ from fennel_dagster.engine.failures import Fenced
 from fennel_dagster.engine.jobs.common import decode_messages, decode_rows
 from fennel_dagster.engine.kafka_clients import consumer, in_message, topic_partitions
 from fennel_dagster.engine.messages import ErrorRecord, InMessage
+from fennel_dagster.engine.object_store import object_store
 from fennel_dagster.errors import EngineError
 from fennel_dagster.metadata.registry import JobRow
 from fennel_dagster.offline.table import (
@@ -57,6 +63,10 @@ class MissingSinkBucket(EngineError):
     the user's bucket; it does not create one)."""
 
 
+class TableReleased(Fenced):
+    """The table's prefix was destroyed (its job deleted): nothing more is written to it."""
+
+
 class OfflineWriter:
     def __init__(self, settings: Settings, job: JobRow, owner: str) -> None:
         assert isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec), job.name
@@ -66,6 +76,9 @@ class OfflineWriter:
         self.sink = isinstance(job.spec, plan.S3SinkJobSpec)
         self.owner = owner
         self.table = OfflineTable(settings, self.spec.table)
+        # the bank's marker of a platform table's prefix (a sink's table is the user's)
+        self._marker = None if self.sink else f"{self.table.prefix}.fennel-asset"
+        self._objects = object_store(settings)
         self.commits = 0
         self.rows = 0
         self.bad_rows = 0
@@ -134,6 +147,9 @@ class OfflineWriter:
             c.close()
 
     def _flush(self, msgs: list[InMessage]) -> None:
+        if self._marker is not None and self._objects.get_bytes(self._marker) is None:
+            raise TableReleased(f"{self.job.name}: its table {self.table.prefix} was destroyed; "
+                                f"{len(msgs)} messages not written")  # fmt: skip
         ds = self.spec.table.dataset
         present = [m for m in msgs if m.value is not None]
         table = _straight(present, ds)

@@ -3,12 +3,18 @@
 The replaylog holds a marker per committed batch naming its input ranges. Markers the state
 does not reflect yet are replayed from the input topics into state only (their outputs were
 committed already), until the state's offsets equal the consumer group's committed offsets.
+
+Every wait here ends with the runner's ``stop`` flag (``StopRequested``), and a topic that is
+gone (its job deleted under a runner that was starting) is said at once (``TopicGone``)
+instead of being polled for minutes: a supervisor tearing down a deleted branch must not wait
+on runners that cannot finish recovering.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +24,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from fennel_dagster.engine import kafka_clients
-from fennel_dagster.engine.failures import RecoveryError
+from fennel_dagster.engine.failures import RecoveryError, StopRequested, TopicGone
 from fennel_dagster.engine.faults import maybe_crash
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.messages import InMessage, Iteration
@@ -28,6 +34,8 @@ from fennel_dagster.ops.state import OverlayReader, WriteBatch
 from fennel_dagster.settings import Settings
 
 TP = tuple[str, int]
+# how often a wait that sees no messages asks whether its topic still exists
+TOPIC_CHECK_S = 5.0
 Process = Callable[[list[InMessage], OverlayReader], Iteration]
 
 
@@ -65,7 +73,13 @@ class Recovery:
     """Brings a hangar up to the committed offsets of its job partition."""
 
     def __init__(
-        self, settings: Settings, job: str, partition: int, replaylog: str | None, process: Process
+        self,
+        settings: Settings,
+        job: str,
+        partition: int,
+        replaylog: str | None,
+        process: Process,
+        stop: threading.Event | None = None,
     ) -> None:
         self.settings = settings
         self.job = job
@@ -73,6 +87,11 @@ class Recovery:
         self.replaylog = replaylog
         self.process = process
         self.replayed = Replayed()
+        self.stop = stop or threading.Event()
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise StopRequested(f"job {self.job} p{self.partition}: stopped during recovery")
 
     def run(self, hangar: Hangar, consumer: Consumer, tps: list[TP]) -> list[TopicPartition]:
         """Replay committed-but-unapplied batches into state; return where to consume from.
@@ -83,6 +102,7 @@ class Recovery:
         """
         deadline = time.monotonic() + 120
         while True:
+            self._check_stop()
             if self.replaylog is not None:
                 self._replay(hangar)
             committed = {
@@ -102,7 +122,7 @@ class Recovery:
                     f"job {self.job} p{self.partition}: state is behind the committed "
                     f"offsets {behind} and the replaylog has no markers for the gap"
                 )
-            time.sleep(0.2)
+            self.stop.wait(0.2)
         starts = []
         for t, p in tps:
             start = mine.get((t, p), committed.get((t, p), -1))
@@ -124,6 +144,7 @@ class Recovery:
                 pending = WriteBatch()
                 reader = OverlayReader(hangar, pending)
                 for t, p, a, b in ranges:
+                    self._check_stop()
                     msgs = self._read_range(reader_c, t, p, a, b)
                     it = self.process(msgs, reader)
                     if it.writes is not None:
@@ -139,7 +160,8 @@ class Recovery:
 
     def _read_markers(self, start: int) -> list[tuple[int, dict[str, Any]]]:
         assert self.replaylog is not None
-        return read_markers(self.settings, self.job, self.replaylog, self.partition, start)
+        return read_markers(self.settings, self.job, self.replaylog, self.partition, start,
+                            self.stop)  # fmt: skip
 
     def _read_range(
         self, c: Consumer, topic: str, part: int, first: int, last: int
@@ -147,8 +169,18 @@ class Recovery:
         c.assign([TopicPartition(topic, part, first)])
         out: list[InMessage] = []
         deadline = time.monotonic() + 120
+        quiet_since = time.monotonic()
         while time.monotonic() < deadline:
-            for msg in c.consume(1000, 1.0):
+            self._check_stop()
+            msgs = c.consume(1000, 1.0)
+            if msgs:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > TOPIC_CHECK_S:
+                quiet_since = time.monotonic()
+                if kafka_clients.topic_missing(c, topic):
+                    raise TopicGone(f"job {self.job} p{self.partition}: input topic {topic!r} "
+                                    "is gone; it cannot be replayed")  # fmt: skip
+            for msg in msgs:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -167,19 +199,39 @@ class Recovery:
 
 
 def read_markers(
-    settings: Settings, job: str, replaylog: str, partition: int, start: int = -1
+    settings: Settings,
+    job: str,
+    replaylog: str,
+    partition: int,
+    start: int = -1,
+    stop: threading.Event | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """(offset, marker) of every committed marker of ``partition`` in ``replaylog`` from
-    offset ``start`` (-1: the beginning): batch markers and a backfill's seed markers."""
+    offset ``start`` (-1: the beginning): batch markers and a backfill's seed markers.
+    ``StopRequested`` once ``stop`` is set; ``TopicGone`` if the replaylog does not exist."""
     c = kafka_clients.consumer(settings, f"{job}.replay", **{"enable.partition.eof": True})
     out: list[tuple[int, dict[str, Any]]] = []
+
+    def gone() -> TopicGone:
+        return TopicGone(f"job {job}: its replaylog {replaylog!r} is gone")
+
     try:
+        if kafka_clients.topic_missing(c, replaylog):
+            raise gone()
         c.assign([TopicPartition(replaylog, 0, start if start >= 0 else OFFSET_BEGINNING)])
         deadline = time.monotonic() + 120
+        quiet_since = time.monotonic()
         while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                raise StopRequested(f"job {job}: stopped while reading replaylog {replaylog}")
             msg = c.poll(1.0)
             if msg is None:
+                if time.monotonic() - quiet_since > TOPIC_CHECK_S:
+                    quiet_since = time.monotonic()
+                    if kafka_clients.topic_missing(c, replaylog):
+                        raise gone()
                 continue
+            quiet_since = time.monotonic()
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

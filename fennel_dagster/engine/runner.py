@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from tenacity import (
     RetryCallState,
@@ -35,7 +36,13 @@ from fennel_dagster.batch.s3_ingest import S3Poller
 from fennel_dagster.batch.spark import spark_session
 from fennel_dagster.engine import chaining, kafka_clients
 from fennel_dagster.engine.checkpoint import Checkpoint
-from fennel_dagster.engine.failures import Fenced, PermanentJobError, RecoveryError
+from fennel_dagster.engine.failures import (
+    Fenced,
+    PermanentJobError,
+    RecoveryError,
+    StopRequested,
+    TopicGone,
+)
 from fennel_dagster.engine.hangar import Hangar
 from fennel_dagster.engine.isolation import poison_record, process_isolating
 from fennel_dagster.engine.jobs.base import JobLogic
@@ -109,6 +116,7 @@ class Runner:
         self.spec: plan.StreamJobSpec = job.spec
         self.partition = partition
         self.owner = owner
+        self.stop = stop or threading.Event()  # recovery's waits end with it
         self.path = state_dir or state_path(settings, owner, job.name, partition)
         self.store = SnapshotStore(settings)
         self.stats = RunnerStats()
@@ -151,7 +159,7 @@ class Runner:
     def run(
         self, stop: threading.Event | None = None, heartbeat: Callable[[], None] | None = None
     ) -> RunnerStats:
-        stop = stop or threading.Event()
+        stop = self.stop = stop or self.stop
         producer = kafka_clients.transactional_producer(self.settings, self.txn_id)
         try:
             producer.init_transactions(60)  # fences any older runner of this partition
@@ -163,7 +171,11 @@ class Runner:
         )
         consumer = kafka_clients.consumer(self.settings, self.group)
         try:
-            consumer.assign(self.recover(hangar, consumer))
+            try:
+                consumer.assign(self.recover(hangar, consumer))
+            except StopRequested:  # told to stop while recovering: a clean stop
+                log.info("runner %s p%d stopped during recovery", self.job.name, self.partition)
+                return self.stats
             self.log_started()
             self._loop(stop, heartbeat, producer, consumer, hangar)
             self.snapshotter.join()
@@ -184,8 +196,9 @@ class Runner:
     def recover(self, hangar: Hangar, consumer: Consumer) -> list[Any]:
         t0 = time.monotonic()
         recovery = Recovery(
-            self.settings, self.job.name, self.partition, self.spec.replaylog, self.process
-        )
+            self.settings, self.job.name, self.partition, self.spec.replaylog, self.process,
+            self.stop,
+        )  # fmt: skip
         starts = recovery.run(hangar, consumer, self.logic.input_partitions(self.partition))
         self.stats.replayed_batches += recovery.replayed.batches
         self.stats.replayed_messages += recovery.replayed.messages
@@ -265,10 +278,12 @@ class Runner:
         return out
 
     def measure_lag(self, consumer: Consumer) -> None:
+        """The input lag for the next report: unknown (None) until every input partition
+        has fetched, so a runner is never reported caught up before it has read."""
         behind = kafka_clients.lag(consumer)
-        if behind is not None:
-            self.metrics.lag.labels(self.job.name, str(self.partition)).set(behind)
-            self._unreported = replace(self._unreported, lag=behind)
+        gauge = self.metrics.lag.labels(self.job.name, str(self.partition))
+        gauge.set(float("nan") if behind is None else behind)  # NaN: unknown, never 0
+        self._unreported = replace(self._unreported, lag=behind)
 
     def process(self, msgs: list[InMessage], reader: OverlayReader) -> Iteration:
         name, ds = self.job.name, self.job.spec.dataset.name
@@ -380,12 +395,16 @@ def run_forever(
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
 
             def beat(progress: bool = True) -> None:
-                with conn.pipeline():  # one round trip for the statements
-                    for j in jobs:
-                        registry.heartbeat_runner(conn, j.hash, partition, owner, os.getpid())
-                    if progress:  # the loop's own: its counters, from its thread
-                        for r in live:
-                            stream_stats.report(conn, r.job.hash, partition, r.take_progress())
+                try:
+                    with conn.pipeline():  # one round trip for the statements
+                        for j in jobs:
+                            registry.heartbeat_runner(conn, j.hash, partition, owner, os.getpid())
+                        if progress:  # the loop's own: its counters, from its thread
+                            for r in live:
+                                stream_stats.report(conn, r.job.hash, partition,
+                                                    r.take_progress())  # fmt: skip
+                        exists = [registry.job_exists(conn, j.hash) for j in jobs]
+                except psycopg.errors.ForeignKeyViolation:  # a job deleted during the beat
                     exists = [registry.job_exists(conn, j.hash) for j in jobs]
                 for j, there in zip(jobs, exists, strict=True):
                     if not there:
@@ -395,6 +414,8 @@ def run_forever(
                         stop.set()
 
             beat()
+            if stop.is_set():  # removed (or told to stop) before it started
+                return
             with beating_beside_loop(beat, lambda: beat(progress=False)) as loop_beat:
                 if isinstance(job.spec, plan.OfflineJobSpec | plan.S3SinkJobSpec):
                     OfflineWriter(settings, job, owner).run(stop, loop_beat)
@@ -452,6 +473,15 @@ def run_forever(
             once()
         except (Fenced, PermanentJobError):
             raise
+        except TopicGone:
+            # a topic deleted under it: its job too, as a rule; if so it stops now, not after
+            # a backoff (a job still registered waits for its topic with backoff)
+            with connect(settings, settings.pg_schema, autocommit=True) as conn:
+                for j in jobs:
+                    if not registry.job_exists(conn, j.hash):
+                        removed[j.hash].set()
+                        stop.set()
+            raise
         except Exception as e:
             watch.failed(e)  # a restart loop becomes a PermanentJobError
             raise
@@ -466,6 +496,8 @@ def run_forever(
     )
     try:
         retrying(attempt)
+    except StopRequested:  # a wait that ended with ``stop`` outside a runner's own recovery
+        log.info("%s.p%d: stopped while starting", job.name, partition)
     except Fenced:
         log.warning("%s.p%d: fenced; stopping", job.name, partition)
     except PermanentJobError as e:
@@ -475,7 +507,11 @@ def run_forever(
             return str(e)
         log.error("%s.p%d: stopped for good: %s", job.name, partition, e)
         with connect(settings, settings.pg_schema, autocommit=True) as conn:
-            registry.record_failure(conn, job.hash, partition, owner, str(e))
+            try:
+                registry.record_failure(conn, job.hash, partition, owner, str(e))
+            except psycopg.errors.ForeignKeyViolation:  # its job was deleted meanwhile
+                log.info("%s.p%d: its job left the registry; nothing to record", job.name,
+                         partition)  # fmt: skip
         return str(e)
     except Exception as e:
         gone = [j.name for j in jobs if removed[j.hash].is_set()]
@@ -495,7 +531,8 @@ def _not(event: threading.Event) -> Callable[[], bool]:
 def _retryable(e: BaseException) -> bool:
     """Failures are retried; an interrupt (Ctrl-C, Dagster cancelling the run: not an
     ``Exception``), a fencing and a permanent failure end the runner."""
-    return isinstance(e, Exception) and not isinstance(e, Fenced | PermanentJobError)
+    return isinstance(e, Exception) and not isinstance(e, Fenced | PermanentJobError
+                                                       | StopRequested)  # fmt: skip
 
 
 def _service(e: BaseException) -> str:

@@ -11,6 +11,12 @@ whose job was removed, and restarts runners that died. When an engine
 dies, its lease expires and the survivors' next poll hands its partitions over; Kafka
 fencing makes the hand-over safe even if the old runner is still alive.
 Runners fork from a fork server with the engine loaded (``forking``).
+
+Stopping a runner never holds up the poll: it is told (SIGTERM, or over its process's pipe)
+and left to wind down while the poll goes on heartbeating and starting runners; a reaper
+thread joins it once it has exited, or escalates after ``STOP_GRACE_S`` (SIGTERM, then
+SIGKILL: exactly-once holds under it). A partition still winding down here is not started
+again until its old runner has exited (they would share its state directory).
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ log = logging.getLogger("fennel_dagster.engine.supervisor")
 
 Key = sharing.Key
 Group = sharing.Group
+
+# how long a runner told to stop may wind down (a last snapshot, an open transaction ended)
+# before it is sent SIGTERM (a shared process told over its pipe) and then SIGKILL
+STOP_GRACE_S = 30.0
+REAP_EVERY_S = 0.2  # how often the reaper looks at the runners winding down
 
 
 def _runner_main(
@@ -90,14 +101,28 @@ class _Running:
 
 
 @dataclass
+class _Stopping:
+    """A runner process told to stop, until it has exited and been joined."""
+
+    process: BaseProcess
+    names: str
+    keys: frozenset[Key]
+    control: Connection | None
+    term_at: float  # when to send SIGTERM (now: already sent; a shared process: after grace)
+    kill_at: float  # when to send SIGKILL
+    termed: bool = False
+    killed: bool = False
+
+
+@dataclass
 class Supervisor:
     settings: Settings
     engine_id: str = field(default_factory=lambda: f"engine-{uuid.uuid4().hex[:8]}")
     address: str = ""
     runners: dict[Key, _Running] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-    # shared processes whose members all left or ended: joined once they exit
-    _retired: list[BaseProcess] = field(default_factory=list)
+    # runner processes told to stop (or whose members all left): joined once they exit
+    _stopping: list[_Stopping] = field(default_factory=list)
     # pipeline partition -> the source partition it runs chained with (``chaining``)
     chains: dict[Key, Key] = field(default_factory=dict)
     # source partitions whose chain ended on its own: they run alone from then on
@@ -112,6 +137,10 @@ class Supervisor:
         migrate(self._conn)
         self.metrics_dir = self.settings.state_path / ".metrics" / self.engine_id
         metrics.reset_directory(self.metrics_dir)
+        self._stopping_lock = threading.Lock()
+        self._reaper = threading.Thread(target=self._reap_until_stopped, name="runner-reaper",
+                                        daemon=True)  # fmt: skip
+        self._reaper.start()
 
     def _reconnect(self, error: Exception) -> None:
         """Postgres went away: say so once, then reconnect with backoff (until ``stop``).
@@ -194,15 +223,15 @@ class Supervisor:
                 self._release(group, rest)
             else:
                 gone.append(group)
-        self._reap()
-        for group in gone:  # all told at once: each winds down while the others do
-            self._signal_stop(group)
-        for group in gone:
+        for group in gone:  # told, not waited for: each winds down while the poll goes on
             self._stop_runner(group)
         self._drop_state({(job.name, p) for (_, p), job in want.items()})
+        winding = self.winding_down()
         for group in groups:
             cur = self.runners.get(group[0])
             if cur is None:
+                if winding & set(group):  # its old runner still holds the state: next poll
+                    continue
                 self._start(group, want)
             elif not cur.process.is_alive():
                 if cur.process.pid:
@@ -247,22 +276,61 @@ class Supervisor:
 
     def _leave(self, group: Group, leaving: list[Key]) -> None:
         rest = tuple(k for k in group if k not in leaving)
-        process = self.runners[group[0]].process
+        run = self.runners[group[0]]
+        process = run.process
+        names = self._names(group)
         for k in leaving:
             del self.runners[k]
         for k in rest:
             self.runners[k].group = rest
-        if not rest:  # it ends by itself, its members all gone
-            self._retired.append(process)
+        if not rest:  # it ends by itself, its members all gone; escalated if it does not
+            now = time.monotonic()
+            self._wind_down(_Stopping(process, names, frozenset(group), run.control,
+                                      now + STOP_GRACE_S, now + 2 * STOP_GRACE_S))  # fmt: skip
 
-    def _reap(self) -> None:
-        """Join shared processes whose members all ended."""
-        for process in list(self._retired):
-            if not process.is_alive():
-                process.join(0)
-                if process.pid:
-                    metrics.runner_exited(self.metrics_dir, process.pid)
-                self._retired.remove(process)
+    def winding_down(self) -> set[Key]:
+        """The partitions whose runners were told to stop and have not exited yet."""
+        with self._stopping_lock:
+            return {k for st in self._stopping for k in st.keys}
+
+    def _wind_down(self, st: _Stopping) -> None:
+        with self._stopping_lock:
+            self._stopping.append(st)
+
+    def _reap_until_stopped(self) -> None:
+        while not self._stop.wait(REAP_EVERY_S):
+            try:
+                self.reap()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("engine %s: reaping runners failed", self.engine_id)
+
+    def reap(self) -> None:
+        """Join the runners told to stop that have exited; signal the ones past their grace
+        (SIGTERM, then SIGKILL). Never waits on a process."""
+        now = time.monotonic()
+        with self._stopping_lock:
+            stopping = list(self._stopping)
+        for st in stopping:
+            proc = st.process
+            if not proc.is_alive():
+                proc.join(0)
+                if proc.pid:
+                    metrics.runner_exited(self.metrics_dir, proc.pid)
+                if st.control is not None:
+                    with contextlib.suppress(OSError):
+                        st.control.close()
+                with self._stopping_lock:
+                    self._stopping.remove(st)
+                log.info("engine %s: stopped %s%s", self.engine_id, st.names,
+                         " (killed)" if st.killed else "")  # fmt: skip
+            elif now >= st.kill_at and not st.killed:
+                log.warning("engine %s: %s did not stop within %.0fs; killing it",
+                            self.engine_id, st.names, now - st.kill_at + STOP_GRACE_S)  # fmt: skip
+                proc.kill()
+                st.killed = True
+            elif now >= st.term_at and not st.termed:
+                _terminate(proc)
+                st.termed = True
 
     def _names(self, group: Group) -> str:
         return ", ".join(f"{self.runners[k].job.name} p{k[1]}" for k in group)
@@ -301,27 +369,17 @@ class Supervisor:
                  "".join(f"; {self.runners[s].job.name} p{s[1]} chained with "
                          f"{self.runners[p].job.name}" for s, p in chained))  # fmt: skip
 
-    def _signal_stop(self, group: Group) -> None:
-        run = self.runners[group[0]]
-        if run.process.is_alive() and run.process.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(run.process.pid, signal.SIGTERM)
-
-    def _stop_runner(self, group: Group, timeout: float = 30.0) -> None:
-        self._signal_stop(group)
+    def _stop_runner(self, group: Group) -> None:
+        """Tell the group's process to stop (SIGTERM) and leave it to the reaper."""
         names = self._names(group)
         run = self.runners[group[0]]
         for k in group:
             del self.runners[k]
-        run.process.join(timeout)
-        if run.process.is_alive():
-            run.process.kill()
-            run.process.join(5)
-        if run.process.pid:
-            metrics.runner_exited(self.metrics_dir, run.process.pid)
-        if run.control is not None:
-            run.control.close()
-        log.info("engine %s: stopped %s", self.engine_id, names)
+        _terminate(run.process)
+        now = time.monotonic()
+        self._wind_down(_Stopping(run.process, names, frozenset(group), run.control, now,
+                                  now + STOP_GRACE_S, termed=True))  # fmt: skip
+        log.info("engine %s: stopping %s", self.engine_id, names)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -367,14 +425,25 @@ class Supervisor:
         self._stop.set()
 
     def shutdown(self) -> None:
-        for group in self.groups():
-            self._signal_stop(group)
+        """Stop every runner (all told at once) and wait for them, SIGKILLing any still
+        running after ``STOP_GRACE_S``."""
+        self._stop.set()  # the reaper ends; this thread reaps from here on
+        self._reaper.join(10)
         for group in self.groups():
             self._stop_runner(group)
-        for process in self._retired:  # members all left; stopping on their own
-            process.join(30)
-            if process.is_alive():
-                process.kill()
+        with self._stopping_lock:
+            for st in self._stopping:  # shared processes ending on their own: told too
+                if not st.termed:
+                    _terminate(st.process)
+                    st.termed = True
+                st.kill_at = min(st.kill_at, time.monotonic() + STOP_GRACE_S)
+        deadline = time.monotonic() + STOP_GRACE_S + 10  # killed ones exit in a moment
+        while time.monotonic() < deadline:
+            self.reap()
+            with self._stopping_lock:
+                if not self._stopping:
+                    break
+            time.sleep(REAP_EVERY_S)
         if getattr(self, "server", None) is not None:
             self.server.shutdown()
         try:
@@ -383,3 +452,9 @@ class Supervisor:
             log.warning("engine %s: could not deregister (%s)", self.engine_id, e)
         finally:
             self._conn.close()
+
+
+def _terminate(process: BaseProcess) -> None:
+    if process.is_alive() and process.pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)

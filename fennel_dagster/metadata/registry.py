@@ -89,9 +89,9 @@ def register_job(conn: psycopg.Connection, job_hash: str, job: plan.JobSpec) -> 
 
 
 def unregister_jobs(conn: psycopg.Connection, hashes: list[str]) -> None:
-    """Engines stop these jobs' runners when they notice (their failures go with them)."""
+    """Engines stop these jobs' runners when they notice. Their partitions, failures, runner
+    heartbeats and stream statistics go with them (foreign keys, ``ON DELETE CASCADE``)."""
     conn.execute("DELETE FROM jobs WHERE hash = ANY(%s)", (hashes,))
-    conn.execute("DELETE FROM stream_stats WHERE job_hash = ANY(%s)", (hashes,))
 
 
 def branch_jobs(
@@ -200,12 +200,13 @@ def deregister_engine(conn: psycopg.Connection, engine_id: str) -> None:
 def heartbeat_runner(
     conn: psycopg.Connection, job_hash: str, partition: int, owner: str, pid: int
 ) -> None:
+    """The runner's beat; none for a job no longer registered (it is being deleted)."""
     conn.execute(
         """INSERT INTO runner_heartbeats (job_hash, partition, owner, pid, heartbeat_at)
-           VALUES (%s, %s, %s, %s, now())
+           SELECT %s, %s, %s, %s, now() WHERE EXISTS (SELECT 1 FROM jobs WHERE hash = %s)
            ON CONFLICT (job_hash, partition) DO UPDATE SET owner = EXCLUDED.owner,
              pid = EXCLUDED.pid, heartbeat_at = now()""",
-        (job_hash, partition, owner, pid),
+        (job_hash, partition, owner, pid, job_hash),
     )
 
 
