@@ -365,6 +365,29 @@ def test_exp_decay_sum_is_the_same_float_whatever_the_order() -> None:
     )
 
 
+def test_exp_decay_sum_of_a_long_idle_key_reads_zero() -> None:
+    # Fennel's answer (its mock and its server): a part decayed under e**-25 reads 0.0,
+    # where the exact value would be a vanishing residue such as 5 * 2**-1070
+    pay, decayed = _decayed("continuous", "forever", "1d")
+    client = MockClient()
+    client.commit("decay", datasets=[pay, decayed])
+    client.log("decl_hook", "Pay", pd.DataFrame({
+        "uid": [1, 2, 3, 3], "amount": [5, -4, 3, -3000], "ts": [T0] * 4}))  # fmt: skip
+    at = [T0 + 24 * DAY] * 3 + [T0 + 1070 * DAY, T0 + 37 * DAY]
+    df, _ = client.lookup("Decayed", keys=pd.DataFrame({"uid": [1, 2, 3, 1, 1]}),
+                          timestamps=pd.Series(at))  # fmt: skip
+    # after 24 half-lives every part is far above e**-25: each stays
+    assert df["score"].tolist()[:3] == pytest.approx([5 * 2**-24, -4 * 2**-24, -2997 * 2**-24])
+    # 5 * 2**-37 ~ 3.6e-11 > e**-25 ~ 1.39e-11 stays; 5 * 2**-1070 reads 0
+    assert df["score"].tolist()[3:] == [0.0, 5 * 2**-37]
+    assert exp_decay_sum([3.0, -1.0], [0, 0], 40 * 1_000_000, 1) == 0.0  # 3 * 2**-40 < e**-25
+    # the positive part alone stays (1e-11 of negative weight is flushed, 1e-3 is not)
+    assert exp_decay_sum([1.0, -1e-11], [0, 0], 10 * 1_000_000, 1) == 2**-10
+    assert exp_decay_sum([1.0, -1e-3], [0, 0], 10 * 1_000_000, 1) == math.fsum(
+        [2**-10, -1e-3 * 2**-10]
+    )
+
+
 def test_exp_decay_sum_is_typed_and_validated_at_declaration() -> None:
     with pytest.raises(DeclarationError, match="half_life"):
         ExpDecaySum(of="amount", window=Continuous("1d"), half_life="0s")

@@ -69,20 +69,34 @@ def aggregate_values(
     raise ValueError(f"unknown aggregation {agg.kind!r}")
 
 
+# Fennel reads the decayed weight of a key's positive values, and of its negative values, as 0
+# once it has fallen under e**-25 (~1.4e-11): a key idle for many half-lives reads 0.0 on
+# Fennel's server and mock alike, never a vanishing residue (such as 5 * 2**-1070)
+DECAYED_TO_ZERO = math.exp(-25.0)
+
+
 def exp_decay_sum(
     values: Sequence[Any], stamps: Sequence[int], at: int | None, half_life: int | None
 ) -> float:
     """``sum(v * 0.5 ** ((at - t) / half_life))`` over the non-null values, ages in exact
     microseconds; ``math.fsum`` makes it the correctly rounded sum of the terms, so the same
-    events give the same float whatever their order or batching. 0.0 over no values."""
+    events give the same float whatever their order or batching. The positive terms, and the
+    negative terms, count as 0 when their sum is under ``DECAYED_TO_ZERO`` in magnitude
+    (Fennel's rule). 0.0 over no values."""
     if at is None or not half_life:
         raise ValueError("exp_decay needs the time it is read at and a positive half_life")
     scale = float(half_life * 1_000_000)
-    return math.fsum(
+    terms = [
         float(v) * math.exp2(-(at - t) / scale)
         for v, t in zip(values, stamps, strict=True)
         if v is not None
+    ]
+    positive = [x for x in terms if x > 0]
+    negative = [x for x in terms if x < 0]
+    kept = (positive if math.fsum(positive) >= DECAYED_TO_ZERO else []) + (
+        negative if -math.fsum(negative) >= DECAYED_TO_ZERO else []
     )
+    return math.fsum(kept)
 
 
 def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> Values:
