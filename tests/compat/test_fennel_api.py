@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fennel_dagster import dataset, feature, featureset, field, inputs, pipeline
+from fennel_dagster.commit.errors import CommitRejected
 from fennel_dagster.commit.executable import PLATFORM_RULES
 from fennel_dagster.commit.validate import validate
 from fennel_dagster.declare import commit_spec
@@ -408,7 +409,7 @@ def test_extractor_inputs_and_outputs_as_fennel_writes_them() -> None:
 
     @featureset
     class Person:
-        uid: int = feature(Request.uid)  # Request is not committed: queries give it
+        uid: int = feature(Request.uid)  # a copy: Request must be committed (as in Fennel)
         age: int = feature().meta(description="years")
         age_squared: int
         shout: str
@@ -428,7 +429,9 @@ def test_extractor_inputs_and_outputs_as_fennel_writes_them() -> None:
     (every,) = [e for e in Person.spec().extractors if e.name == "everything"]
     assert every.outputs == ("uid", "age", "age_squared", "shout")
     client = MockClient()
-    client.commit("people", featuresets=[Person], env="silver")
+    with pytest.raises(CommitRejected, match="featureset Request is not in the commit"):
+        client.commit("people", featuresets=[Person], env="silver")
+    client.commit("people", featuresets=[Request, Person], env="silver")
     out = client.query([Request.uid, Person.age], [Person.uid, Person.age_squared],
                        input_dataframe=pd.DataFrame({"Request.uid": [7, 8],
                                                      "Person.age": [3, 4]}))  # fmt: skip
