@@ -254,6 +254,39 @@ def test_erase_removes_a_keys_rows_now_and_drops_them_when_logged_later() -> Non
     assert df["total"].tolist() == [30, 36]
 
 
+def test_erase_of_a_continuous_aggregate_hides_its_keys_now_and_later() -> None:
+    # Fennel's reference: erase removes the data of the dataset in the request, whichever
+    # dataset it is (Fennel's client test ``test_basic_aggregate_with_erase`` erases one)
+    txn = _erasable()
+
+    @dataset(index=True)
+    class Spent:
+        uid: int = field(key=True, erase_key=True)
+        total: int
+        ts: datetime
+
+        @pipeline
+        @inputs(txn)
+        def spend(cls, t):  # type: ignore[no-untyped-def]
+            return t.groupby("uid").aggregate(total=Sum(of="amount", window=Continuous("forever")))
+
+    client = MockClient()
+    client.commit("erase", datasets=[txn, Spent])
+    client.log("decl_hook", "Txn", pd.DataFrame({
+        "uid": [1, 2, 3], "region": ["eu"] * 3, "amount": [10, 20, 30], "ts": [T0] * 3}))  # fmt: skip
+    assert client.erase(Spent, erase_keys=pd.DataFrame({"uid": [1, 3]})).status_code == 200
+    keys = pd.DataFrame({"uid": [1, 2, 3]})
+    df, found = client.lookup("Spent", keys=keys)
+    assert found.tolist() == [False, True, False]
+    assert df["total"].tolist()[1] == 20 and df["total"].isna().tolist() == [True, False, True]
+    client.log("decl_hook", "Txn", pd.DataFrame({
+        "uid": [1, 2], "region": ["us"] * 2, "amount": [5, 6], "ts": [T0 + DAY] * 2}))  # fmt: skip
+    df, found = client.lookup("Spent", keys=keys, timestamps=pd.Series([T0 + 2 * DAY] * 3))
+    assert found.tolist() == [False, True, False]
+    assert df["total"].tolist()[1] == 26
+    assert client.get_dataset_df("Spent")["uid"].tolist() == [2, 2]
+
+
 def test_erase_names_the_dataset_and_field_when_the_keys_are_wrong() -> None:
     txn = _erasable()
     client = MockClient()
