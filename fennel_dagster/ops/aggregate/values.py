@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,15 @@ def aggregate_values(
         case "sum":
             return sum(present) if present else 0
         case "avg":
-            return float(np.mean(present)) if present else agg.default
+            if not present:
+                return agg.default
+            if agg.decimal_scale is not None and all(v == v for v in present):
+                # the mean of the decimals, then a float (a NaN: np.mean's NaN below)
+                q = 10**agg.decimal_scale
+                return float(
+                    Fraction(sum(round(Fraction(v) * q) for v in present), q * len(present))
+                )
+            return float(np.mean(present))
         case "min":
             return min(present) if present else agg.default
         case "max":
@@ -127,6 +136,11 @@ def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> Values:
             for k, f, x in zip(c, fc, s, strict=True)
         ]
     if agg.kind == "avg":
+        if agg.decimal_scale is not None:
+            return [
+                agg.default if k == 0 else _decimal_mean(x, scale, k, agg.decimal_scale)
+                for k, x in zip(c, s, strict=True)
+            ]
         return [agg.default if k == 0 else _ratio(x, scale, k) for k, x in zip(c, s, strict=True)]
     q = total(col, "q").tolist()
     out = []
@@ -156,6 +170,15 @@ def _typed_sum(c: np.ndarray, fc: np.ndarray, s: np.ndarray, scale: int) -> np.n
     with np.errstate(over="ignore"):  # an infinity sends the sums one by one (to raise)
         out = np.ldexp(s.astype(np.float64), scale)
     return out if np.isfinite(out).all() else None
+
+
+def _decimal_mean(x: int, e: int, k: int, digits: int) -> float:
+    """The mean of ``k`` decimals of ``digits`` places whose float values sum exactly to
+    ``x * 2**e``: that sum rounded to ``digits`` places (the decimals' sum, each float being
+    the nearest to its decimal), divided by ``k``, correctly rounded to a float."""
+    q = 10**digits
+    total = round(Fraction(x) * Fraction(2) ** e * q)
+    return float(Fraction(total, q * k))
 
 
 def _ratio(n: int, e: int, d: int) -> float:
