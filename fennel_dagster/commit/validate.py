@@ -228,6 +228,15 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                         f"input feature {i} is not a feature of {owner}",
                         f"declare `{short}` in {owner}, or name one of its features",
                     )
+            if ex.kind == "alias" and ex.inputs:
+                # ``F(Other.feature)`` copies a feature the commit must hold the featureset
+                # of (Fennel refuses it too), unlike a python extractor's input, which a
+                # query may give
+                source_fs = ex.inputs[0].split(".", 1)[0]
+                if source_fs not in g.featuresets:
+                    yield Violation(entity, ex.inputs[0], (
+                        f"copies {ex.inputs[0]} (F({ex.inputs[0]})), but featureset "
+                        f"{source_fs} is not in the commit"), f"add {source_fs} to the commit")  # fmt: skip
             for d in ex.deps:
                 if d not in g.datasets:
                     yield Violation(

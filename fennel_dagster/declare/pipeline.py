@@ -9,6 +9,7 @@ definition server infers them from the IR and reports mismatches with every deta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fennel_dagster.declare import semantics
@@ -287,6 +288,7 @@ class GroupBy:
                     "groupby's window applies to every aggregation"
                 )
             specs.append(out)
+        specs = _decimal_scales(specs, self._node)
         node = spec.AggregateNode(
             b.next_id(),
             self._node.id,
@@ -314,3 +316,24 @@ class GroupBy:
                 f"{self._node._b.where} ({op}): groupby(..., window=...) takes only "
                 f"aggregate(); drop window= to take the {op} row of each key"
             )
+
+
+def _decimal_scales(aggs: list[spec.AggSpec], source: Node) -> list[spec.AggSpec]:
+    """Each Average of a Decimal[scale] column told its scale (``AggSpec.decimal_scale``):
+    its mean is the decimal mean. The input's schema is what the commit infers; a schema the
+    commit will refuse leaves the aggregations as they are (the commit reports it)."""
+    if not any(a.kind == "avg" and a.of for a in aggs):
+        return aggs
+    try:
+        types = semantics.installed().node_schema(source._b.nodes, source.id, source._b.inputs)
+    except (ValueError, KeyError, RuntimeError):
+        return aggs
+    out = []
+    for a in aggs:
+        dtype = types.get(a.of) if a.kind == "avg" and a.of else None
+        while isinstance(dtype, spec.OptionalType):
+            dtype = dtype.of
+        if isinstance(dtype, spec.DecimalType):
+            a = replace(a, decimal_scale=dtype.scale)
+        out.append(a)
+    return out

@@ -68,7 +68,7 @@ from fennel_dagster.ops.source_rules import (
 )
 from fennel_dagster.ops.state import MemoryState, WriteBatch
 from fennel_dagster.query.execute import QueryExecutor
-from fennel_dagster.query.lookup import dataset_not_found, lookup_state
+from fennel_dagster.query.lookup import dataset_not_found, lookup_state, not_found_as_null
 from fennel_dagster.query.plan import plan_query
 from fennel_dagster.wire import plan, spec
 
@@ -458,7 +458,9 @@ class MockClient:
         (``field(key=True, erase_key=True)``) hold one of the rows of ``erase_keys``. They go
         from the dataset's rows and index now, and rows with those keys logged later are
         dropped on arrival, so they reach neither lookups nor downstream pipelines. Rows that
-        already went downstream stay there: erase those datasets too (as in Fennel)."""
+        already went downstream stay there: erase those datasets too (as in Fennel). A
+        continuous-window aggregate answers its lookups from aggregation state: its erased
+        keys are found no more, now and after later events."""
         self._existing()
         ds = self._dataset(_name_of(dataset_name))
         where = f"erase({ds.name})"
@@ -468,11 +470,6 @@ class MockClient:
             raise MockError(
                 f"{where}: the dataset has no erase keys; mark its key fields with "
                 "field(key=True, erase_key=True) and commit it"
-            )
-        if ds.name in self._serving:
-            raise MockError(
-                f"{where}: the dataset is a continuous-window aggregate, whose rows are "
-                "aggregation state; erase the keys from the datasets it aggregates instead"
             )
         given = [str(c) for c in erase_keys.columns]
         names = {f.name for f in ds.fields}
@@ -570,7 +567,21 @@ class MockClient:
         self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
     ) -> tuple[pd.DataFrame, pd.Series]:
         ds = self._dataset(name)
-        return lookup_state(self.state, ds, self._serving.get(name), keys, ts, fields)
+        rows, found = lookup_state(self.state, ds, self._serving.get(name), keys, ts, fields)
+        erased = self._erased.get(ds.name)
+        if erased and name in self._serving and len(keys):
+            asked = keys.reset_index(drop=True)
+            typed = {f.name: f.dtype for f in ds.fields}
+            frame = pd.DataFrame(
+                {k: typed_series(asked[k].tolist(), typed[k]) for k in ds.erase_keys}
+            )
+            gone = pd.Series(
+                [tuple(r[k] for k in ds.erase_keys) in erased for r in to_records(frame)]
+            )
+            if gone.any():
+                found = found & ~gone.to_numpy()
+                rows = not_found_as_null(rows, found, ds)
+        return rows, found
 
     def _dataset_lookup(
         self, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None

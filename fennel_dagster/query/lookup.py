@@ -64,12 +64,13 @@ def lookup_state(
         return _not_found_as_null(rows, found, ds, types), found
     times = temporal.kinds(serves.node, types, keys.iloc[0:0])
     node = temporal.numbered(serves.node, times)
-    values, found = aggregate.lookup_aggregate(state, serves.scope, node, keys, ts)
+    values, found, changed = aggregate.lookup_aggregate(state, serves.scope, node, keys, ts)
     values = temporal.answered(values, times)
     out = keys.copy()
     for c in values.columns:
         out[c] = values[c]
-    out[ds.timestamp] = ts.to_numpy()
+    # when each row took its value (NaT: not found), as Fennel answers an aggregate's time
+    out[ds.timestamp] = _times_us(changed)
     wanted = [f.name for f in ds.fields if fields is None or f.name in fields]
     return _not_found_as_null(out[wanted], found, ds, types), found
 
@@ -144,7 +145,7 @@ def _plain_aggregate_records(
     aggs = {a.into for a in node.aggs}
     if not all(_plain_type(f.dtype) for f in wanted if f.name in aggs):
         return None  # decided before reading: the frame road would read it all again
-    values, found = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
+    values, found, changed = aggregate.aggregate_at(state, serves.scope, node, queries, stamps_us)
     fills = aggregate_defaults(ds) if not all(found) else {}
     columns: dict[str, list[Any]] = {}
     for f in wanted:
@@ -158,14 +159,14 @@ def _plain_aggregate_records(
                 return None
             columns[f.name] = typed
     out = []
-    for i, (key, t) in enumerate(zip(asked, stamps_us, strict=True)):
+    for i, (key, t) in enumerate(zip(asked, changed, strict=True)):
         row: dict[str, Any] = {}
         for f in wanted:
             name = f.name
             if name in key:
                 row[name] = key[name]
             elif name == ds.timestamp:
-                row[name] = _iso_us(t)
+                row[name] = None if t is None else _iso_us(t)
             else:
                 row[name] = columns[name][i]
         out.append(row)
@@ -269,6 +270,19 @@ def _not_found_as_null(
         col = rows[c].astype(object).where(~missing, fills.get(c)) if absent else rows[c]
         rows[c] = astype(col, types[c]) if c in types else col
     return rows
+
+
+def _times_us(stamps: list[int | None]) -> np.ndarray:
+    """Times in µs (None: NaT) as a UTC datetime column."""
+    known = np.array([0 if t is None else t for t in stamps], dtype=np.int64)
+    times = pd.Series(pd.to_datetime(known, unit="us", utc=True)).astype("datetime64[ns, UTC]")
+    return times.where(pd.Series([t is not None for t in stamps]), pd.NaT).to_numpy()
+
+
+def not_found_as_null(rows: pd.DataFrame, found: pd.Series, ds: spec.DatasetSpec) -> pd.DataFrame:
+    """``rows`` of a lookup of ``ds`` with the values of each key not ``found`` null, as a
+    lookup answers a key it has no row for (the mock's erased keys)."""
+    return _not_found_as_null(rows, found, ds, {f.name: f.dtype for f in ds.fields})
 
 
 def as_key_types(keys: pd.DataFrame, types: dict[str, spec.DType]) -> pd.DataFrame:

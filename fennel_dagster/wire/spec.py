@@ -287,6 +287,9 @@ class AggSpec:
     # exp_decay: seconds for a value to decay to half; left out of the encoding while None
     # (the metadata is OMITTED_WHEN_DEFAULT, defined further down)
     half_life: int | None = field(default=None, metadata={"wire": "omitted when default"})
+    # avg of a Decimal[scale] column: the scale, so the mean is the exact decimal mean (as
+    # Fennel's) rather than the mean of the values as floats; left out of the encoding while None
+    decimal_scale: int | None = field(default=None, metadata={"wire": "omitted when default"})
 
 
 # --------------------------------------------------------------------------- operators

@@ -254,6 +254,39 @@ def test_erase_removes_a_keys_rows_now_and_drops_them_when_logged_later() -> Non
     assert df["total"].tolist() == [30, 36]
 
 
+def test_erase_of_a_continuous_aggregate_hides_its_keys_now_and_later() -> None:
+    # Fennel's reference: erase removes the data of the dataset in the request, whichever
+    # dataset it is (Fennel's client test ``test_basic_aggregate_with_erase`` erases one)
+    txn = _erasable()
+
+    @dataset(index=True)
+    class Spent:
+        uid: int = field(key=True, erase_key=True)
+        total: int
+        ts: datetime
+
+        @pipeline
+        @inputs(txn)
+        def spend(cls, t):  # type: ignore[no-untyped-def]
+            return t.groupby("uid").aggregate(total=Sum(of="amount", window=Continuous("forever")))
+
+    client = MockClient()
+    client.commit("erase", datasets=[txn, Spent])
+    client.log("decl_hook", "Txn", pd.DataFrame({
+        "uid": [1, 2, 3], "region": ["eu"] * 3, "amount": [10, 20, 30], "ts": [T0] * 3}))  # fmt: skip
+    assert client.erase(Spent, erase_keys=pd.DataFrame({"uid": [1, 3]})).status_code == 200
+    keys = pd.DataFrame({"uid": [1, 2, 3]})
+    df, found = client.lookup("Spent", keys=keys)
+    assert found.tolist() == [False, True, False]
+    assert df["total"].tolist()[1] == 20 and df["total"].isna().tolist() == [True, False, True]
+    client.log("decl_hook", "Txn", pd.DataFrame({
+        "uid": [1, 2], "region": ["us"] * 2, "amount": [5, 6], "ts": [T0 + DAY] * 2}))  # fmt: skip
+    df, found = client.lookup("Spent", keys=keys, timestamps=pd.Series([T0 + 2 * DAY] * 3))
+    assert found.tolist() == [False, True, False]
+    assert df["total"].tolist()[1] == 26
+    assert client.get_dataset_df("Spent")["uid"].tolist() == [2, 2]
+
+
 def test_erase_names_the_dataset_and_field_when_the_keys_are_wrong() -> None:
     txn = _erasable()
     client = MockClient()
@@ -362,6 +395,29 @@ def test_exp_decay_sum_is_the_same_float_whatever_the_order() -> None:
     assert forward == backward
     assert forward == math.fsum(
         v * math.exp2(-(100 - s) / 1e6) for v, s in zip(values, stamps, strict=True)
+    )
+
+
+def test_exp_decay_sum_of_a_long_idle_key_reads_zero() -> None:
+    # Fennel's answer (its mock and its server): a part decayed under e**-25 reads 0.0,
+    # where the exact value would be a vanishing residue such as 5 * 2**-1070
+    pay, decayed = _decayed("continuous", "forever", "1d")
+    client = MockClient()
+    client.commit("decay", datasets=[pay, decayed])
+    client.log("decl_hook", "Pay", pd.DataFrame({
+        "uid": [1, 2, 3, 3], "amount": [5, -4, 3, -3000], "ts": [T0] * 4}))  # fmt: skip
+    at = [T0 + 24 * DAY] * 3 + [T0 + 1070 * DAY, T0 + 37 * DAY]
+    df, _ = client.lookup("Decayed", keys=pd.DataFrame({"uid": [1, 2, 3, 1, 1]}),
+                          timestamps=pd.Series(at))  # fmt: skip
+    # after 24 half-lives every part is far above e**-25: each stays
+    assert df["score"].tolist()[:3] == pytest.approx([5 * 2**-24, -4 * 2**-24, -2997 * 2**-24])
+    # 5 * 2**-37 ~ 3.6e-11 > e**-25 ~ 1.39e-11 stays; 5 * 2**-1070 reads 0
+    assert df["score"].tolist()[3:] == [0.0, 5 * 2**-37]
+    assert exp_decay_sum([3.0, -1.0], [0, 0], 40 * 1_000_000, 1) == 0.0  # 3 * 2**-40 < e**-25
+    # the positive part alone stays (1e-11 of negative weight is flushed, 1e-3 is not)
+    assert exp_decay_sum([1.0, -1e-11], [0, 0], 10 * 1_000_000, 1) == 2**-10
+    assert exp_decay_sum([1.0, -1e-3], [0, 0], 10 * 1_000_000, 1) == math.fsum(
+        [2**-10, -1e-3 * 2**-10]
     )
 
 

@@ -14,6 +14,7 @@ from fennel_dagster.commit.errors import (
     BranchExistsError,
     BranchNotFoundError,
     BranchNotSynced,
+    CommitRejected,
     MainBranchDeletion,
 )
 from fennel_dagster.commit.executable import PLATFORM_RULES
@@ -434,7 +435,7 @@ def test_extractor_inputs_and_outputs_as_fennel_writes_them() -> None:
 
     @featureset
     class Person:
-        uid: int = feature(Request.uid)  # Request is not committed: queries give it
+        uid: int = feature(Request.uid)  # a copy: Request must be committed (as in Fennel)
         age: int = feature().meta(description="years")
         age_squared: int
         shout: str
@@ -454,7 +455,9 @@ def test_extractor_inputs_and_outputs_as_fennel_writes_them() -> None:
     (every,) = [e for e in Person.spec().extractors if e.name == "everything"]
     assert every.outputs == ("uid", "age", "age_squared", "shout")
     client = MockClient()
-    client.commit("people", featuresets=[Person], env="silver")
+    with pytest.raises(CommitRejected, match="featureset Request is not in the commit"):
+        client.commit("people", featuresets=[Person], env="silver")
+    client.commit("people", featuresets=[Request, Person], env="silver")
     out = client.query([Request.uid, Person.age], [Person.uid, Person.age_squared],
                        input_dataframe=pd.DataFrame({"Request.uid": [7, 8],
                                                      "Person.age": [3, 4]}))  # fmt: skip

@@ -57,7 +57,7 @@ def run(
 def lookup(state: MemoryState, p: spec.PipelineSpec, uid: int, hours: float) -> dict:
     node = p.nodes[-1]
     assert isinstance(node, spec.AggregateNode)
-    df, found = aggregate.lookup_aggregate(
+    df, found, _ = aggregate.lookup_aggregate(
         state,
         "Out.agg",
         node,

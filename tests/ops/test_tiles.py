@@ -195,7 +195,7 @@ def test_tiled_equals_definition(rows, dups, duration, rnd, pieces, probes) -> N
     node = p.nodes[-1]
     assert isinstance(node, spec.AggregateNode)
     queries = [(u, t) for u in (1, 2, 3, 4) for t in [*probes, *(r[3] for r in rows[:3])]]
-    df, found = aggregate.lookup_aggregate(
+    df, found, _ = aggregate.lookup_aggregate(
         state, "Out.agg", node,
         pd.DataFrame({"uid": [u for u, _ in queries]}),
         pd.Series([T0 + pd.Timedelta(microseconds=t) for _, t in queries]),
@@ -298,7 +298,7 @@ def reads_for_lookup(duration: int | None, history_minutes: int) -> int:
     assert isinstance(node, spec.AggregateNode)
     counting = Counting(state)
     t = T0 + pd.Timedelta(minutes=history_minutes - 0.5)
-    df, found = aggregate.lookup_aggregate(
+    df, found, _ = aggregate.lookup_aggregate(
         counting, "Out.agg", node, pd.DataFrame({"uid": [1]}), pd.Series([t])
     )
     assert bool(found.iloc[0])

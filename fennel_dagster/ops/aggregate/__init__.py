@@ -34,7 +34,8 @@ and count(unique) are not decomposable: they read the window's raw events (quant
 Fennel's element at rank floor(p * n) of the sorted values, even with ``approx=True``; count(unique, approx=True) is exact too).
 An exponential decay sum (``exp_decay``) depends on the time it is read at: it reads the
 window's raw events too and weighs each by ``0.5 ** (age / half_life)`` at the query time
-(``values.exp_decay_sum``: the correctly rounded sum of the terms).
+(``values.exp_decay_sum``: the correctly rounded sum of the terms; the positive or the
+negative terms read as 0 once their sum decays under e**-25, as on Fennel).
 
 Cost. Per batch, per key of the batch: a few range scans (raw events of the edge tiles,
 whole tiles per level); then, for the whole batch at once with numpy: the binary values

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,15 @@ def aggregate_values(
         case "sum":
             return sum(present) if present else 0
         case "avg":
-            return float(np.mean(present)) if present else agg.default
+            if not present:
+                return agg.default
+            if agg.decimal_scale is not None and all(v == v for v in present):
+                # the mean of the decimals, then a float (a NaN: np.mean's NaN below)
+                q = 10**agg.decimal_scale
+                return float(
+                    Fraction(sum(round(Fraction(v) * q) for v in present), q * len(present))
+                )
+            return float(np.mean(present))
         case "min":
             return min(present) if present else agg.default
         case "max":
@@ -69,20 +78,34 @@ def aggregate_values(
     raise ValueError(f"unknown aggregation {agg.kind!r}")
 
 
+# Fennel reads the decayed weight of a key's positive values, and of its negative values, as 0
+# once it has fallen under e**-25 (~1.4e-11): a key idle for many half-lives reads 0.0 on
+# Fennel's server and mock alike, never a vanishing residue (such as 5 * 2**-1070)
+DECAYED_TO_ZERO = math.exp(-25.0)
+
+
 def exp_decay_sum(
     values: Sequence[Any], stamps: Sequence[int], at: int | None, half_life: int | None
 ) -> float:
     """``sum(v * 0.5 ** ((at - t) / half_life))`` over the non-null values, ages in exact
     microseconds; ``math.fsum`` makes it the correctly rounded sum of the terms, so the same
-    events give the same float whatever their order or batching. 0.0 over no values."""
+    events give the same float whatever their order or batching. The positive terms, and the
+    negative terms, count as 0 when their sum is under ``DECAYED_TO_ZERO`` in magnitude
+    (Fennel's rule). 0.0 over no values."""
     if at is None or not half_life:
         raise ValueError("exp_decay needs the time it is read at and a positive half_life")
     scale = float(half_life * 1_000_000)
-    return math.fsum(
+    terms = [
         float(v) * math.exp2(-(at - t) / scale)
         for v, t in zip(values, stamps, strict=True)
         if v is not None
+    ]
+    positive = [x for x in terms if x > 0]
+    negative = [x for x in terms if x < 0]
+    kept = (positive if math.fsum(positive) >= DECAYED_TO_ZERO else []) + (
+        negative if -math.fsum(negative) >= DECAYED_TO_ZERO else []
     )
+    return math.fsum(kept)
 
 
 def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> Values:
@@ -113,6 +136,11 @@ def finish(agg: spec.AggSpec, total: Any, extreme: Any, scale: int) -> Values:
             for k, f, x in zip(c, fc, s, strict=True)
         ]
     if agg.kind == "avg":
+        if agg.decimal_scale is not None:
+            return [
+                agg.default if k == 0 else _decimal_mean(x, scale, k, agg.decimal_scale)
+                for k, x in zip(c, s, strict=True)
+            ]
         return [agg.default if k == 0 else _ratio(x, scale, k) for k, x in zip(c, s, strict=True)]
     q = total(col, "q").tolist()
     out = []
@@ -142,6 +170,15 @@ def _typed_sum(c: np.ndarray, fc: np.ndarray, s: np.ndarray, scale: int) -> np.n
     with np.errstate(over="ignore"):  # an infinity sends the sums one by one (to raise)
         out = np.ldexp(s.astype(np.float64), scale)
     return out if np.isfinite(out).all() else None
+
+
+def _decimal_mean(x: int, e: int, k: int, digits: int) -> float:
+    """The mean of ``k`` decimals of ``digits`` places whose float values sum exactly to
+    ``x * 2**e``: that sum rounded to ``digits`` places (the decimals' sum, each float being
+    the nearest to its decimal), divided by ``k``, correctly rounded to a float."""
+    q = 10**digits
+    total = round(Fraction(x) * Fraction(2) ** e * q)
+    return float(Fraction(total, q * k))
 
 
 def _ratio(n: int, e: int, d: int) -> float:
