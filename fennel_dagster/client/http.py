@@ -7,6 +7,7 @@ DSN or an engine address. Answers come back typed by the declared features and f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +26,7 @@ from fennel_dagster.api import (
 )
 from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.engine.barrier import BarrierTimeout, sleep_timeout
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError
 from fennel_dagster.ops.rows import json_column, typed_series
@@ -64,11 +66,14 @@ class Client:
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         headers = {BRANCH_HEADER: kw.pop("branch", None) or self._branch}
-        try:
-            resp = self.http.request(method, path, headers=headers, **kw)
-        except httpx.HTTPError as e:
-            raise ClientError(f"query server at {self.url} unreachable: {e}") from e
-        body = resp.json() if resp.content else {}
+        while True:
+            try:
+                resp = self.http.request(method, path, headers=headers, **kw)
+            except httpx.HTTPError as e:
+                raise ClientError(f"query server at {self.url} unreachable: {e}") from e
+            body = resp.json() if resp.content else {}
+            if resp.status_code != 503 or not self._retry_starting():
+                break
         if resp.status_code == 503:
             raise EngineUnavailable(body.get("error", "an engine partition is unavailable"))
         if resp.status_code >= 400:
@@ -86,12 +91,19 @@ class Client:
         incremental: bool = False,
         env: str | None = None,
         backfill: bool = True,
+        ready_timeout: float = 60.0,
     ) -> dict[str, Any]:
+        """``ready_timeout``: seconds the server waits for engines to serve the branch's
+        partitions; the answer's ``ready`` says whether they do, ``starting`` lists those
+        that do not yet (lookups meeting 503 on them are retried until the deadline)."""
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
-        params = {"preview": str(preview).lower(), "backfill": str(backfill).lower()}
+        params = {"preview": str(preview).lower(), "backfill": str(backfill).lower(),
+                  "ready_timeout": str(0 if preview else ready_timeout)}  # fmt: skip
         result: dict[str, Any] = self._call(
-            "POST", "/api/v1/commit", content=encode(request), params=params
-        )
+            "POST", "/api/v1/commit", content=encode(request), params=params,
+            timeout=self.http.timeout.read + ready_timeout if self.http.timeout.read else None,
+        )  # fmt: skip
+        self._note_starting(result)
         for line in result.get("summary", []):
             print(line)
         return result
@@ -244,6 +256,49 @@ class Client:
             accepted += self._call("POST", f"/api/v1/log/{webhook}/{endpoint}",
                                    json={"data": data})["accepted"]  # fmt: skip
         return LogResult(accepted)
+
+    # ---------------------------------------------------------------- test hooks (fennel.testing)
+
+    STARTING_RETRY_S = 60.0  # how long a lookup retries 503s of partitions still starting
+
+    def sleep(self, seconds: float | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """A barrier, served by ``/api/v1/sleep``: returns once every stream job of the
+        branch has processed everything logged before the call; raises ``BarrierTimeout``
+        naming the job partitions still behind. ``seconds`` (Fennel's fixed wait) is the
+        least the barrier waits before giving up (60 s by default); ``timeout`` overrides."""
+        wait = sleep_timeout(seconds, timeout)
+        try:
+            result: dict[str, Any] = self._call(
+                "POST", "/api/v1/sleep", json={"timeout": wait}, timeout=wait + 30
+            )
+        except ServerError as e:
+            if e.status == 504:
+                raise BarrierTimeout(str(e)) from None
+            raise
+        return result
+
+    def is_integration_client(self) -> bool:
+        """True: a real deployment answers (Fennel's tests branch on it)."""
+        return True
+
+    def integration_mode(self) -> str:
+        return "platform"
+
+    def _note_starting(self, commit_answer: dict[str, Any]) -> None:
+        """After a commit whose partitions are not all served yet: until when a 503 is
+        theirs starting rather than an engine lost."""
+        starting = commit_answer.get("starting") or []
+        self._starting_until = time.monotonic() + self.STARTING_RETRY_S if starting else 0.0
+
+    def _retry_starting(self) -> bool:
+        """Whether to retry a 503 (after a short pause): the last commit's partitions were
+        starting and the bounded retry time has not run out (after a commit answered
+        ready, a 503 fails at once: an engine lost, not one starting)."""
+        until = getattr(self, "_starting_until", 0.0)
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.25)
+        return True
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:

@@ -38,6 +38,7 @@ from fennel_dagster.commit.preview import diff, render
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.declare import commit_spec
 from fennel_dagster.engine import lookups
+from fennel_dagster.engine.barrier import Barrier, BarrierReport, sleep_timeout
 from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import offline_queries, registry, tokens
@@ -394,3 +395,21 @@ class LocalClient:
                 f"log to {webhook}.{endpoint}: Kafka did not acknowledge every row in 30 s"
             )
         return LogResult(len(records))
+
+    # ---------------------------------------------------------------- test hooks
+
+    def sleep(self, seconds: float | None = None, timeout: float | None = None) -> BarrierReport:
+        """A barrier: returns once every stream job of the branch has processed everything
+        logged (and produced to its topics) before the call, or raises ``BarrierTimeout``
+        naming the job partitions still behind. ``seconds``, Fennel's fixed wait, is the
+        least the barrier waits before giving up (60 s by default); ``timeout`` overrides."""
+        with self.conn.transaction():
+            jobs = registry.branch_jobs(self.conn, self.branch, self._jobs)
+        return Barrier(self.settings, jobs).wait(sleep_timeout(seconds, timeout))
+
+    def is_integration_client(self) -> bool:
+        """True: a real deployment answers (Fennel's tests branch on it)."""
+        return True
+
+    def integration_mode(self) -> str:
+        return "platform"
