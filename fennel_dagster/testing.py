@@ -23,7 +23,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pandas as pd
+
 from fennel_dagster.client.http import Client
+from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.errors import ClientError
 from fennel_dagster.mock import InternalTestClient, MockClient, almost_equal, log
 
@@ -70,6 +73,7 @@ def integration_branch(client: Client, test_name: str) -> Iterator[Client]:
     before = set(client.list_branches())
     name = branch_name(test_name)
     client.init_branch(name)
+    serve_outside_runs(functools.partial(_lookup, client))  # Dataset.lookup in the test
     failed = True
     try:
         yield client
@@ -85,6 +89,16 @@ def integration_branch(client: Client, test_name: str) -> Iterator[Client]:
         client.close()
         if errors and not failed:  # a failing test's own error is the one to see
             raise ClientError(f"could not delete the test's branches: {'; '.join(errors)}")
+
+
+def _lookup(
+    client: Client, name: str, ts: pd.Series, keys: pd.DataFrame, fields: list[str] | None
+) -> tuple[pd.DataFrame, pd.Series]:
+    """``Dataset.lookup`` outside an extractor, answered by the deployment on the test's
+    branch (Fennel's integration client does the same)."""
+    data, found = client.lookup(name, keys, ts)
+    frame = pd.DataFrame(data)
+    return (frame[fields] if fields else frame), found
 
 
 def mock(test: Callable[..., Any]) -> Callable[..., Any]:

@@ -356,6 +356,14 @@ def declared_tests(path: Path, marker: str | None = None) -> list[str]:
     return [n for n in names if n.split("::")[-1].startswith("test")]
 
 
+RUNNING: set[subprocess.Popen[bytes]] = set()  # pytest processes, ended on an interruption
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the deployment's processes are stopped and its platform dropped."""
+    raise KeyboardInterrupt
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How each file runs: the interpreter, a pytest marker expression, the environment."""
@@ -378,12 +386,15 @@ def run_pytest(opts: RunOptions, root: Path, rel: str, xml: Path, log: Path) -> 
         proc = subprocess.Popen(
             cmd, cwd=root, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+        RUNNING.add(proc)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # pytest and anything it started
             proc.wait()
             return f"timeout after {timeout:g}s"
+        finally:
+            RUNNING.discard(proc)
     return "" if xml.exists() else f"pytest exited {code} without a report"
 
 
@@ -634,6 +645,7 @@ def prepare(args: argparse.Namespace) -> tuple[str, Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export, rewrite, run, report; 0 whatever the pass rate, 2 on bad arguments."""
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         commit, root = prepare(args)
     except BadArguments as exc:
@@ -649,8 +661,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     deployment(args.python, args.out, args.partitions, args.keep_platform)
                 )
                 opts = RunOptions(args.python, args.timeout, args.marker, env)
-            with ThreadPoolExecutor(max_workers=1 if args.platform else args.jobs) as pool:
+            pool = ThreadPoolExecutor(max_workers=1 if args.platform else args.jobs)
+            try:
                 results = list(pool.map(lambda rel: check_file(opts, root, rel, args.out), files))
+            finally:  # interrupted: no further file starts, the running ones end
+                pool.shutdown(wait=False, cancel_futures=True)
+                for proc in list(RUNNING):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
     except BadArguments as exc:
         print(f"fennel_compat: {exc}", file=sys.stderr)
         return 2

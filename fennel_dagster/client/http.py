@@ -16,6 +16,7 @@ import pandas as pd
 
 from fennel_dagster.api import (
     DatasetRef,
+    Done,
     FeatureRef,
     LogResult,
     answer_shape,
@@ -92,7 +93,7 @@ class Client:
         env: str | None = None,
         backfill: bool = True,
         ready_timeout: float = 60.0,
-    ) -> dict[str, Any]:
+    ) -> CommitAnswer:
         """``ready_timeout``: seconds the server waits for engines to serve the branch's
         partitions; the answer's ``ready`` says whether they do, ``starting`` lists those
         that do not yet (lookups meeting 503 on them are retried until the deadline)."""
@@ -106,21 +107,24 @@ class Client:
         self._note_starting(result)
         for line in result.get("summary", []):
             print(line)
-        return result
+        return CommitAnswer(result)
 
-    def init_branch(self, name: str) -> None:
+    def init_branch(self, name: str) -> Done:
         self._call("POST", "/api/v1/init", json={}, branch=name)
         self._branch = name
+        return Done(f"created branch {name!r}")
 
-    def clone_branch(self, name: str, from_branch: str | None = None) -> None:
-        self._call("POST", "/api/v1/init", json={"clone_from": from_branch or self._branch},
-                   branch=name)  # fmt: skip
+    def clone_branch(self, name: str, from_branch: str | None = None) -> Done:
+        source = from_branch or self._branch
+        self._call("POST", "/api/v1/init", json={"clone_from": source}, branch=name)
         self._branch = name
+        return Done(f"cloned branch {source!r} to {name!r}")
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str) -> Done:
         self._call("POST", "/api/v1/delete", json={}, branch=name)
         if self._branch == name:
             self._branch = "main"
+        return Done(f"deleted branch {name!r}")
 
     def list_branches(self) -> list[str]:
         return [b["name"] for b in self._call("GET", "/api/v1/branch/list")["branches"]]
@@ -299,6 +303,18 @@ class Client:
             return False
         time.sleep(0.25)
         return True
+
+
+class CommitAnswer(dict[str, Any]):
+    """The server's answer to a commit (``commit_id``, ``ready``, ``starting``...), also an
+    HTTP-like answer as the mock's ``Done`` and Fennel's clients give (``status_code`` 200,
+    ``ok``, ``json()``)."""
+
+    status_code = 200
+    ok = True
+
+    def json(self) -> dict[str, Any]:
+        return dict(self)
 
 
 def _typed(data: dict[str, list[Any]], types: dict[str, Any]) -> pd.DataFrame:

@@ -103,11 +103,13 @@ def sleep_timeout(seconds: float | None, timeout: float | None) -> float:
 
 
 def unserved(jobs: Iterable[JobRow], routes: Routes) -> list[str]:
-    """The partitions of ``jobs``' serving jobs no live engine serves yet (``job pN``)."""
+    """The partitions of ``jobs``' stream jobs (sources, pipelines, indexes, sinks) no live
+    engine runs yet (``job pN``): a lookup of a serving one meets 503, rows logged to a
+    source wait."""
     return [
         f"{j.name} p{p}"
         for j in jobs
-        if plan.serves_dataset(j.spec) is not None
+        if isinstance(j.spec, GROUPED)
         for p in range(j.partitions)
         if (j.hash, p) not in routes.address
     ]
