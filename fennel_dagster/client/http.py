@@ -264,6 +264,8 @@ class Client:
     # ---------------------------------------------------------------- test hooks (fennel.testing)
 
     STARTING_RETRY_S = 60.0  # how long a lookup retries 503s of partitions still starting
+    SETTLE_RETRY_S = 15.0  # and after a commit answered ready (runners of jobs it replaced
+    # may still be handing over)
 
     def sleep(self, seconds: float | None = None, timeout: float | None = None) -> dict[str, Any]:
         """A barrier, served by ``/api/v1/sleep``: returns once every stream job of the
@@ -289,15 +291,16 @@ class Client:
         return "platform"
 
     def _note_starting(self, commit_answer: dict[str, Any]) -> None:
-        """After a commit whose partitions are not all served yet: until when a 503 is
-        theirs starting rather than an engine lost."""
+        """After a commit: until when a 503 is its partitions starting (or handing over)
+        rather than an engine lost."""
         starting = commit_answer.get("starting") or []
-        self._starting_until = time.monotonic() + self.STARTING_RETRY_S if starting else 0.0
+        wait = self.STARTING_RETRY_S if starting else self.SETTLE_RETRY_S
+        self._starting_until = time.monotonic() + wait
 
     def _retry_starting(self) -> bool:
-        """Whether to retry a 503 (after a short pause): the last commit's partitions were
-        starting and the bounded retry time has not run out (after a commit answered
-        ready, a 503 fails at once: an engine lost, not one starting)."""
+        """Whether to retry a 503 (after a short pause): within ``STARTING_RETRY_S`` of a
+        commit whose partitions were starting, or ``SETTLE_RETRY_S`` of one answered ready;
+        later a 503 fails at once (an engine lost, not one starting)."""
         until = getattr(self, "_starting_until", 0.0)
         if time.monotonic() >= until:
             return False

@@ -1,6 +1,6 @@
 """The HTTP client after a commit whose partitions are still starting: a lookup meeting 503
-is retried until they are served (bounded); after a commit answered ready, a 503 fails at
-once (an engine lost, not one starting). A query server stand-in over httpx's transport."""
+is retried until they are served (bounded); after a commit answered ready, only while it
+settles (its replaced runners hand over), later a 503 fails at once (an engine lost). A query server stand-in over httpx's transport."""
 
 from __future__ import annotations
 
@@ -74,10 +74,16 @@ def test_a_lookup_is_retried_while_the_commits_partitions_start() -> None:
     assert stand.lookups == 4 and found.tolist() == [True]
 
 
-def test_after_a_ready_commit_a_503_fails_at_once() -> None:
-    stand = Stand(starting=[], unavailable=1)
+def test_after_a_ready_commit_503s_are_retried_only_while_it_settles() -> None:
+    stand = Stand(starting=[], unavailable=2)
     c = _client(stand)
-    assert c.commit("rows", datasets=[Row])["ready"] is True
+    answer = c.commit("rows", datasets=[Row])
+    assert answer["ready"] is True and answer.status_code == 200 and answer.json()["ready"]
+    assert c.lookup("Row", pd.DataFrame({"uid": [1]}))[1].tolist() == [True]
+    assert stand.lookups == 3  # two 503s right after the commit, retried
+    c.SETTLE_RETRY_S = 0.0  # past the settling time: an engine lost fails at once
+    stand.lookups, stand.unavailable = 0, 1
+    c.commit("rows", datasets=[Row])
     with pytest.raises(EngineUnavailable, match="partition 1"):
         c.lookup("Row", pd.DataFrame({"uid": [1]}))
     assert stand.lookups == 1
