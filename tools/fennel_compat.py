@@ -455,7 +455,9 @@ def example_files(
     found = []
     for path in sorted((root / examples).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if (only is None or only in rel) and declared_tests(path, marker):
+        if (only is None or any(o in rel for o in only.split(","))) and declared_tests(
+            path, marker
+        ):
             found.append(rel)
     return found
 
@@ -609,7 +611,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rev", default="HEAD")
     parser.add_argument("--examples", default="docs/examples", help="folder of the clone to run")
-    parser.add_argument("--only", help="run only files whose path contains this")
+    parser.add_argument(
+        "--only", help="run only files whose path contains this (or one of a,b,...)"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per file")
     parser.add_argument("--python", default=str(REPO_ROOT / ".venv" / "bin" / "python"))
