@@ -676,6 +676,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadArguments as exc:
         print(f"fennel_compat: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("fennel_compat: interrupted; the deployment is stopped, no report", file=sys.stderr)
+        return 130
     write_markdown(args.out, args.clone, commit, results)
     write_csv(args.out, results)
     print(summary_line(commit, results))
