@@ -27,6 +27,7 @@ from fennel_dagster.api import (
 )
 from fennel_dagster.client.offline import wait_until_finished
 from fennel_dagster.declare import commit_spec
+from fennel_dagster.declare.answers import fennel_answer
 from fennel_dagster.engine.barrier import BarrierTimeout, sleep_timeout
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError
@@ -161,7 +162,8 @@ class Client:
         if timestamps is not None:
             body["timestamps"] = json_column(pd.to_datetime(pd.Series(timestamps), utc=True))
         reply = self._call("POST", "/api/v1/query", json=body, params={"typed": "true"})
-        return _typed(reply["data"], reply["types"])
+        types = {c: codec.from_jsonable(t) for c, t in reply["types"].items()}
+        return fennel_answer(_typed(reply["data"], reply["types"]), types)  # as LocalClient's
 
     def explain(self, inputs: list[FeatureRef], outputs: list[FeatureRef]) -> dict[str, Any]:
         body = {"inputs": [feature_name(i) for i in inputs],
