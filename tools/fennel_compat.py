@@ -16,6 +16,14 @@ lives under ``--out`` (a temporary directory by default). Its exit code is 0 wha
 rate (it is a measurement) and 2 on bad arguments.
 
     python tools/fennel_compat.py --clone /path/to/fennel-client [--rev HEAD] [--jobs 2]
+
+``--marker integration`` runs only the tests carrying that pytest marker (``-m``), and counts
+only those as declared. ``--platform`` runs them in integration mode against a real
+deployment on the local stack: it starts ``fennel-dagster engine`` and ``fennel-dagster
+serve`` (their own metadata schema and topic namespace, an admin token), exports
+``FENNEL_TEST_MODE=platform``, ``FENNEL_URL`` and ``FENNEL_TOKEN`` to every test file (each
+``@mock`` test then gets the HTTP client on a fresh branch), runs the files one at a time,
+then stops both and drops that platform (``--keep-platform`` leaves it).
 """
 
 from __future__ import annotations
@@ -23,19 +31,24 @@ from __future__ import annotations
 import argparse
 import ast
 import configparser
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import tomllib
+import urllib.request
+import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +76,7 @@ ROUTES: dict[str, list[str]] = {
     "fennel.sources": ["fennel_dagster.sources"],
     "fennel.expr": ["fennel_dagster.expr"],
     "fennel.expr.expr": ["fennel_dagster.expr"],
-    "fennel.testing": ["fennel_dagster.mock"],
+    "fennel.testing": ["fennel_dagster.testing"],
     "fennel.client": ["fennel_dagster.client"],
 }
 
@@ -303,34 +316,85 @@ def is_test_class(cls: ast.ClassDef) -> bool:
     return cls.name.startswith("Test") or any(b.endswith("TestCase") for b in bases)
 
 
-def declared_tests(path: Path) -> list[str]:
-    """The test functions a file declares (module level, or methods of test classes):
-    they count as failed when the file cannot even be collected."""
+def marked(node: ast.AST, marker: str) -> bool:
+    """Whether a function or class carries ``@pytest.mark.<marker>`` (also called, as in
+    ``@pytest.mark.<marker>(...)``), or a module ``pytestmark`` names it."""
+    decorators = getattr(node, "decorator_list", [])
+    if isinstance(node, ast.Assign):  # pytestmark = pytest.mark.x / [pytest.mark.x, ...]
+        decorators = [node.value]
+    for d in decorators:
+        for sub in ast.walk(d):
+            if isinstance(sub, ast.Attribute) and sub.attr == marker:
+                inner = sub.value
+                if isinstance(inner, ast.Attribute) and inner.attr == "mark":
+                    return True
+    return False
+
+
+def declared_tests(path: Path, marker: str | None = None) -> list[str]:
+    """The test functions a file declares (module level, or methods of test classes), only
+    those carrying ``marker`` when given: they count as failed when the file cannot even be
+    collected."""
     try:
         tree = ast.parse(path.read_bytes())
     except SyntaxError:
         return ["<syntax error>"]
     funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
-    names = [n.name for n in tree.body if isinstance(n, funcs)]
+    whole = marker is None or any(
+        marked(n, marker)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets
+        )
+    )  # fmt: skip
+    names = [n.name for n in tree.body
+             if isinstance(n, funcs) and (whole or marked(n, marker or ""))]  # fmt: skip
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and is_test_class(n)):
-        names += [f"{cls.name}::{n.name}" for n in cls.body if isinstance(n, funcs)]
+        every = whole or marked(cls, marker or "")
+        names += [f"{cls.name}::{n.name}" for n in cls.body
+                  if isinstance(n, funcs) and (every or marked(n, marker or ""))]  # fmt: skip
     return [n for n in names if n.split("::")[-1].startswith("test")]
 
 
-def run_pytest(python: str, root: Path, rel: str, xml: Path, log: Path, timeout: float) -> str:
+RUNNING: set[subprocess.Popen[bytes]] = set()  # pytest processes, ended on an interruption
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the deployment's processes are stopped and its platform dropped."""
+    raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How each file runs: the interpreter, a pytest marker expression, the environment."""
+
+    python: str
+    timeout: float
+    marker: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def run_pytest(opts: RunOptions, root: Path, rel: str, xml: Path, log: Path) -> str:
     """Run one file alone; returns '' or why there may be no report (timeout, crash)."""
-    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", rel]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [opts.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    if opts.marker:
+        cmd += ["-m", opts.marker]
+    cmd.append(rel)
+    env = {**test_env(os.environ), **opts.env, "PYTHONDONTWRITEBYTECODE": "1"}
+    timeout = opts.timeout
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             cmd, cwd=root, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
+        RUNNING.add(proc)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # pytest and anything it started
             proc.wait()
             return f"timeout after {timeout:g}s"
+        finally:
+            RUNNING.discard(proc)
     return "" if xml.exists() else f"pytest exited {code} without a report"
 
 
@@ -363,13 +427,18 @@ def parse_junit(xml: Path, rel: str) -> tuple[list[TestResult], str]:
     return results, ""
 
 
-def check_file(python: str, root: Path, rel: str, out: Path, timeout: float) -> FileResult:
+def test_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment without the integration-mode switches (``--platform`` sets them)."""
+    return {k: v for k, v in environ.items() if k not in INTEGRATION_ENV}
+
+
+def check_file(opts: RunOptions, root: Path, rel: str, out: Path) -> FileResult:
     """Run one example file and turn what happened into per-test results."""
-    declared = declared_tests(root / rel)
+    declared = declared_tests(root / rel, opts.marker)
     safe = rel.replace("/", "__")
     xml, log = out / "junit" / f"{safe}.xml", out / "logs" / f"{safe}.log"
     xml.unlink(missing_ok=True)
-    problem = run_pytest(python, root, rel, xml, log, timeout)
+    problem = run_pytest(opts, root, rel, xml, log)
     tests: list[TestResult] = []
     if not problem:
         tests, problem = parse_junit(xml, rel)
@@ -378,14 +447,103 @@ def check_file(python: str, root: Path, rel: str, out: Path, timeout: float) -> 
     return FileResult(rel, len(declared), tests)
 
 
-def example_files(root: Path, examples: str, only: str | None) -> list[str]:
-    """Example files that declare tests (others have nothing to measure), as relative paths."""
+def example_files(
+    root: Path, examples: str, only: str | None, marker: str | None = None
+) -> list[str]:
+    """Example files that declare tests (with ``marker``, if given; others have nothing to
+    measure), as relative paths."""
     found = []
     for path in sorted((root / examples).rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if (only is None or only in rel) and declared_tests(path):
+        if (only is None or any(o in rel for o in only.split(","))) and declared_tests(
+            path, marker
+        ):
             found.append(rel)
     return found
+
+
+# ---------------------------------------------------------------- a deployment (--platform)
+
+INTEGRATION_ENV = ("FENNEL_TEST_MODE", "USE_INT_CLIENT", "FENNEL_URL", "FENNEL_TOKEN")
+
+# run by the target interpreter: every branch's physical assets, then the schema
+DROP_SCRIPT = """
+from fennel_dagster.client import LocalClient
+from fennel_dagster.metadata.db import connect
+from fennel_dagster.settings import get_settings
+s = get_settings()
+with LocalClient(s) as client:
+    client.recover(wait=0)
+    for branch in client.list_branches():
+        client.delete_branch(branch)
+with connect(s) as conn:
+    conn.execute(f"DROP SCHEMA {s.pg_schema} CASCADE")
+    conn.commit()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM (the engine snapshots and leaves its partitions), then SIGKILL its group."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@contextlib.contextmanager
+def deployment(python: str, out: Path, partitions: int, keep: bool) -> Iterator[dict[str, str]]:
+    """An engine and a query server of a platform of their own on the local stack (a fresh
+    metadata schema and topic namespace); yields the tests' integration environment."""
+    name = f"compat{uuid.uuid4().hex[:8]}"
+    env = {**test_env(os.environ), "FENNEL_PG_SCHEMA": name, "FENNEL_NAMESPACE": name,
+           "FENNEL_PARTITIONS": str(partitions), "FENNEL_STATE_DIR": str(out / "state"),
+           "FENNEL_ENGINE_POLL_INTERVAL_S": "0.5", "FENNEL_ENGINE_LEASE_S": "5"}  # fmt: skip
+    cli = [python, "-m", "fennel_dagster.cli.main"]
+    made = subprocess.run([*cli, "token", "create", "compat", "--scope", "admin"], env=env,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if made.returncode != 0:
+        raise BadArguments(f"cannot create a token (is the stack up?): {made.stderr[-2000:]}")
+    token = made.stdout.split()[0]
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for what, args in (("engine", ["engine", "--id", f"{name}-engine"]),
+                           ("serve", ["serve", "--port", str(port), "--executors", "1"])):  # fmt: skip
+            with (out / f"{what}.log").open("wb") as sink:
+                procs.append(subprocess.Popen([*cli, *args], env=env, stdout=sink,
+                                              stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while not healthy(url):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise BadArguments(f"the query server did not start; see {out / 'serve.log'}")
+            time.sleep(0.5)
+        yield {"FENNEL_TEST_MODE": "platform", "FENNEL_URL": url, "FENNEL_TOKEN": token}
+    finally:
+        for proc in reversed(procs):
+            stop_process(proc)
+        if not keep:
+            subprocess.run([python, "-c", DROP_SCRIPT], env=env, check=False,
+                           capture_output=True)  # fmt: skip
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:  # noqa: S310 - ours
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- report
@@ -453,10 +611,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--rev", default="HEAD")
     parser.add_argument("--examples", default="docs/examples", help="folder of the clone to run")
-    parser.add_argument("--only", help="run only files whose path contains this")
+    parser.add_argument(
+        "--only", help="run only files whose path contains this (or one of a,b,...)"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per file")
     parser.add_argument("--python", default=str(REPO_ROOT / ".venv" / "bin" / "python"))
+    parser.add_argument("--marker", "-m", help="run only tests with this pytest marker")
+    parser.add_argument("--platform", action="store_true",
+                        help="integration mode: the tests' client is a real deployment's")  # fmt: skip
+    parser.add_argument("--partitions", type=int, default=2, help="--platform: per job")
+    parser.add_argument("--keep-platform", action="store_true",
+                        help="--platform: leave its schema and topics behind")  # fmt: skip
     parser.add_argument(
         "--out", type=Path, default=Path(tempfile.gettempdir()) / "fennel_compat", help="report dir"
     )
@@ -483,16 +649,36 @@ def prepare(args: argparse.Namespace) -> tuple[str, Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export, rewrite, run, report; 0 whatever the pass rate, 2 on bad arguments."""
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         commit, root = prepare(args)
     except BadArguments as exc:
         print(f"fennel_compat: {exc}", file=sys.stderr)
         return 2
-    files = example_files(root, args.examples.strip("/"), args.only)
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(
-            pool.map(lambda rel: check_file(args.python, root, rel, args.out, args.timeout), files)
-        )
+    files = example_files(root, args.examples.strip("/"), args.only, args.marker)
+    opts = RunOptions(args.python, args.timeout, args.marker)
+    try:
+        with contextlib.ExitStack() as stack:
+            if args.platform:  # one deployment, the files one at a time
+                shutil.rmtree(args.out / "state", ignore_errors=True)
+                env = stack.enter_context(
+                    deployment(args.python, args.out, args.partitions, args.keep_platform)
+                )
+                opts = RunOptions(args.python, args.timeout, args.marker, env)
+            pool = ThreadPoolExecutor(max_workers=1 if args.platform else args.jobs)
+            try:
+                results = list(pool.map(lambda rel: check_file(opts, root, rel, args.out), files))
+            finally:  # interrupted: no further file starts, the running ones end
+                pool.shutdown(wait=False, cancel_futures=True)
+                for proc in list(RUNNING):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+    except BadArguments as exc:
+        print(f"fennel_compat: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fennel_compat: interrupted; the deployment is stopped, no report", file=sys.stderr)
+        return 130
     write_markdown(args.out, args.clone, commit, results)
     write_csv(args.out, results)
     print(summary_line(commit, results))

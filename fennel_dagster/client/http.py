@@ -38,8 +38,9 @@ from fennel_dagster.commit.errors import (
     Violation,
 )
 from fennel_dagster.declare import commit_spec
-from fennel_dagster.declare.answers import answer_value, holds_struct, struct_objects
+from fennel_dagster.declare.answers import answer_value, fennel_answer, holds_struct, struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
+from fennel_dagster.engine.barrier import BarrierTimeout, sleep_timeout
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import ClientError, FennelError
 from fennel_dagster.ops.rows import json_column, typed_series
@@ -104,11 +105,14 @@ class Client:
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         headers = {BRANCH_HEADER: kw.pop("branch", None) or self._branch}
-        try:
-            resp = self.http.request(method, path, headers=headers, **kw)
-        except httpx.HTTPError as e:
-            raise ClientError(f"query server at {self.url} unreachable: {e}") from e
-        body = resp.json() if resp.content else {}
+        while True:
+            try:
+                resp = self.http.request(method, path, headers=headers, **kw)
+            except httpx.HTTPError as e:
+                raise ClientError(f"query server at {self.url} unreachable: {e}") from e
+            body = resp.json() if resp.content else {}
+            if resp.status_code != 503 or not self._retry_starting():
+                break
         if resp.status_code == 503:
             raise EngineUnavailable(body.get("error", "an engine partition is unavailable"))
         if resp.status_code >= 400:
@@ -126,16 +130,23 @@ class Client:
         incremental: bool = False,
         env: str | None = None,
         backfill: bool = True,
+        ready_timeout: float = 60.0,
     ) -> Done:
         """Ship a commit to the server; the answer's ``json()`` is the server's report
-        (``commit_id``; a preview's ``summary`` lines, also printed). After a commit,
+        (``commit_id``; a preview's ``summary`` lines, also printed). ``ready_timeout``:
+        seconds the server waits for engines to serve the branch's partitions; ``json()``'s
+        ``ready`` says whether they do, ``starting`` lists those that do not yet (lookups
+        meeting 503 on them are retried until the deadline). After a commit,
         ``Dataset.lookup`` outside an extractor (in a test) is answered through this client,
         as by the mock that committed."""
         request = commit_spec(message, datasets, featuresets, env=env, incremental=incremental)
-        params = {"preview": str(preview).lower(), "backfill": str(backfill).lower()}
+        params = {"preview": str(preview).lower(), "backfill": str(backfill).lower(),
+                  "ready_timeout": str(0 if preview else ready_timeout)}  # fmt: skip
         result: dict[str, Any] = self._call(
-            "POST", "/api/v1/commit", content=encode(request), params=params
-        )
+            "POST", "/api/v1/commit", content=encode(request), params=params,
+            timeout=self.http.timeout.read + ready_timeout if self.http.timeout.read else None,
+        )  # fmt: skip
+        self._note_starting(result)
         for line in result.get("summary", []):
             print(line)
         if preview:
@@ -162,10 +173,6 @@ class Client:
         if self._branch == name:
             self._branch = "main"
         return Done(f"deleted branch {name!r}")
-
-    def sleep(self, seconds: float = 0) -> None:
-        """Fennel's wait for the platform to catch up: waits ``seconds``."""
-        time.sleep(seconds)
 
     def list_branches(self) -> list[str]:
         return [b["name"] for b in self._call("GET", "/api/v1/branch/list")["branches"]]
@@ -203,7 +210,8 @@ class Client:
         if timestamps is not None:
             body["timestamps"] = json_column(pd.to_datetime(pd.Series(timestamps), utc=True))
         reply = self._call("POST", "/api/v1/query", json=body, params={"typed": "true"})
-        return _typed(reply["data"], reply["types"])
+        types = {c: codec.from_jsonable(t) for c, t in reply["types"].items()}
+        return fennel_answer(_typed(reply["data"], reply["types"]), types)  # as LocalClient's
 
     def explain(self, inputs: list[FeatureRef], outputs: list[FeatureRef]) -> dict[str, Any]:
         body = {"inputs": [feature_name(i) for i in inputs],
@@ -342,6 +350,52 @@ class Client:
             accepted += self._call("POST", f"/api/v1/log/{webhook}/{endpoint}",
                                    json={"data": data})["accepted"]  # fmt: skip
         return LogResult(accepted)
+
+    # ---------------------------------------------------------------- test hooks (fennel.testing)
+
+    STARTING_RETRY_S = 60.0  # how long a lookup retries 503s of partitions still starting
+    SETTLE_RETRY_S = 15.0  # and after a commit answered ready (runners of jobs it replaced
+    # may still be handing over)
+
+    def sleep(self, seconds: float | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """A barrier, served by ``/api/v1/sleep``: returns once every stream job of the
+        branch has processed everything logged before the call; raises ``BarrierTimeout``
+        naming the job partitions still behind. ``seconds`` (Fennel's fixed wait) is the
+        least the barrier waits before giving up (60 s by default); ``timeout`` overrides."""
+        wait = sleep_timeout(seconds, timeout)
+        try:
+            result: dict[str, Any] = self._call(
+                "POST", "/api/v1/sleep", json={"timeout": wait}, timeout=wait + 30
+            )
+        except ServerError as e:
+            if e.status == 504:
+                raise BarrierTimeout(str(e)) from None
+            raise
+        return result
+
+    def is_integration_client(self) -> bool:
+        """True: a real deployment answers (Fennel's tests branch on it)."""
+        return True
+
+    def integration_mode(self) -> str:
+        return "platform"
+
+    def _note_starting(self, commit_answer: dict[str, Any]) -> None:
+        """After a commit: until when a 503 is its partitions starting (or handing over)
+        rather than an engine lost."""
+        starting = commit_answer.get("starting") or []
+        wait = self.STARTING_RETRY_S if starting else self.SETTLE_RETRY_S
+        self._starting_until = time.monotonic() + wait
+
+    def _retry_starting(self) -> bool:
+        """Whether to retry a 503 (after a short pause): within ``STARTING_RETRY_S`` of a
+        commit whose partitions were starting, or ``SETTLE_RETRY_S`` of one answered ready;
+        later a 503 fails at once (an engine lost, not one starting)."""
+        until = getattr(self, "_starting_until", 0.0)
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.25)
+        return True
 
 
 def _name_of(dataset: DatasetRef) -> str:

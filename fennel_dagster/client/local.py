@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +43,7 @@ from fennel_dagster.declare import commit_spec
 from fennel_dagster.declare.answers import struct_objects
 from fennel_dagster.declare.lookup import serve_outside_runs
 from fennel_dagster.engine import lookups
+from fennel_dagster.engine.barrier import Barrier, BarrierReport, sleep_timeout
 from fennel_dagster.engine.dataset_rows import dataset_topic, read_rows
 from fennel_dagster.engine.lookup_client import EngineLookups, load_routes
 from fennel_dagster.errors import ClientError
@@ -274,10 +274,6 @@ class LocalClient:
         with self.conn.transaction():
             return branches.checkout(self.conn, branch or self.branch)
 
-    def sleep(self, seconds: float = 0) -> None:
-        """Fennel's wait for the platform to catch up: waits ``seconds``."""
-        time.sleep(seconds)
-
     # ---------------------------------------------------------------- read path
 
     def lookup(
@@ -488,6 +484,24 @@ class LocalClient:
                     f"{start}..{start + batch_size - 1} in 30 s (rows before them were logged)"
                 )
         return LogResult(len(records))
+
+    # ---------------------------------------------------------------- test hooks
+
+    def sleep(self, seconds: float | None = None, timeout: float | None = None) -> BarrierReport:
+        """A barrier: returns once every stream job of the branch has processed everything
+        logged (and produced to its topics) before the call, or raises ``BarrierTimeout``
+        naming the job partitions still behind. ``seconds``, Fennel's fixed wait, is the
+        least the barrier waits before giving up (60 s by default); ``timeout`` overrides."""
+        with self.conn.transaction():
+            jobs = registry.branch_jobs(self.conn, self.branch, self._jobs)
+        return Barrier(self.settings, jobs).wait(sleep_timeout(seconds, timeout))
+
+    def is_integration_client(self) -> bool:
+        """True: a real deployment answers (Fennel's tests branch on it)."""
+        return True
+
+    def integration_mode(self) -> str:
+        return "platform"
 
 
 MAIN_BRANCH = "main"

@@ -197,7 +197,7 @@ class MockClient:
 
     # ------------------------------------------------------------------ Fennel's test hooks
 
-    def sleep(self, seconds: float = 0) -> None:
+    def sleep(self, seconds: float | None = None, timeout: float | None = None) -> None:
         """Fennel's wait for a server to catch up: the mock is caught up when ``log`` returns."""
 
     def integration_mode(self) -> str:

@@ -33,6 +33,7 @@ from starlette.routing import Route
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from fennel_dagster.commit.errors import BranchNotFoundError, CommitRejected
+from fennel_dagster.engine.barrier import BarrierTimeout
 from fennel_dagster.engine.lookup_client import EngineUnavailable
 from fennel_dagster.errors import FennelError
 from fennel_dagster.heap import freeze_startup_heap
@@ -71,6 +72,8 @@ def status_of(e: BaseException) -> int:
             return 404
         case EngineUnavailable() | InboxUnavailable():
             return 503
+        case BarrierTimeout():
+            return 504
         case ExtractorError():
             return 422  # user code failed on this input: the request, not the server
         case BadRequest() | QueryPlanError() | LookupFailed() | FennelError():
@@ -241,6 +244,7 @@ def build_app(settings: Settings, processes: int = 2) -> Starlette:
         Route(f"{v1}/log", guarded(rest.log, "log"), methods=["POST"]),
         Route(v1 + "/log/{webhook}/{endpoint}", guarded(rest.log, "log"), methods=["POST"]),
         Route(f"{v1}/commit", guarded(rest.commit, "commit"), methods=["POST"]),
+        Route(f"{v1}/sleep", guarded(rest.sleep, "sleep"), methods=["POST"]),
         Route(f"{v1}/init", guarded(rest.init_branch, "init"), methods=["POST"]),
         Route(f"{v1}/delete", guarded(rest.delete_branch, "delete"), methods=["POST"]),
         Route(f"{v1}/branch/list", guarded(rest.list_branches, "branches"), methods=["GET"]),

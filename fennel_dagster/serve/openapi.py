@@ -152,6 +152,16 @@ def document() -> dict[str, Any]:
                                 "schema": {"type": "string", "enum": ["true", "false"]},
                             }
                             for k in ("preview", "backfill")
+                        ]
+                        + [
+                            {
+                                "name": "ready_timeout",
+                                "in": "query",
+                                "required": False,
+                                "description": "seconds to wait for engines to serve the "
+                                "branch's partitions (the answer's ready/starting)",
+                                "schema": {"type": "number", "minimum": 0, "maximum": 3600},
+                            }
                         ],
                     ),
                     "requestBody": {
@@ -167,6 +177,14 @@ def document() -> dict[str, Any]:
                         },
                     },
                 }
+            },
+            "/api/v1/sleep": {
+                "post": _op(
+                    "wait until the branch's jobs processed everything logged before the "
+                    "request (504 naming the partitions still behind after timeout seconds)",
+                    _obj([], timeout={"type": "number", "minimum": 0.1, "maximum": 3600}),
+                    _obj(["caught_up"], caught_up={"type": "boolean"}),
+                )
             },
             "/api/v1/branch/list": {
                 "get": _op("branches this token may use", None, {"type": "object"})

@@ -264,10 +264,35 @@ async def commit(request: Request) -> Response:
     raw = await request.body()
     flags = {k: request.query_params.get(k, d) == "true"
              for k, d in (("preview", "false"), ("backfill", "true"))}  # fmt: skip
-    summary = await asyncio.get_running_loop().run_in_executor(
-        server.runner.threads, server.commit, branch, raw, flags["preview"], flags["backfill"]
+    ready_timeout = _seconds(request.query_params.get("ready_timeout", "0"), "ready_timeout", 0)
+    summary = await asyncio.to_thread(
+        server.commit, branch, raw, flags["preview"], flags["backfill"], ready_timeout
     )
     return JSON(summary)
+
+
+def _seconds(raw: object, name: str, least: float, most: float = 3600.0) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not least <= value <= most:
+        raise BadRequest(f"{name}: seconds between {least:g} and {most:g}, not {raw!r}")
+    return value
+
+
+async def sleep(request: Request) -> Response:
+    """The barrier (``client.sleep()``): answers once every stream job of the branch has
+    processed everything logged before the request, or 504 naming the job partitions still
+    behind after ``timeout`` seconds (body ``{"timeout": s}``, default 60)."""
+    server: Server = request.app.state.server
+    principal: Principal = request.state.principal
+    branch = branch_of(request)
+    principal.require("query", branch)
+    body = await body_json(request)
+    timeout = _seconds(body.get("timeout", 60), "timeout", 0.1)
+    server.state.graph(branch)  # an unknown branch: 404 now
+    return JSON(await asyncio.to_thread(server.sleep, branch, timeout))
 
 
 # ---------------------------------------------------------------- offline queries

@@ -8,6 +8,7 @@ import io
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from typing import Any
@@ -19,7 +20,9 @@ from fennel_dagster.api import LogResult
 from fennel_dagster.client.local import LocalClient
 from fennel_dagster.commit.blueprint import BlueprintDiff
 from fennel_dagster.commit.protocol import CommitOutcome
+from fennel_dagster.engine.barrier import Barrier, unserved
 from fennel_dagster.engine.dataset_rows import dataset_topic, read_rows
+from fennel_dagster.engine.lookup_client import load_routes
 from fennel_dagster.errors import ClientError
 from fennel_dagster.metadata import offline_queries, server_stats
 from fennel_dagster.metadata.db import connect
@@ -123,7 +126,9 @@ class Server:
         return LocalClient(self.settings, branch=branch, author="query-server",
                            on_progress=lambda line: None)  # fmt: skip
 
-    def commit(self, branch: str, wire: bytes, preview: bool, backfill: bool) -> dict[str, Any]:
+    def commit(
+        self, branch: str, wire: bytes, preview: bool, backfill: bool, ready_timeout: float = 0.0
+    ) -> dict[str, Any]:
         try:
             request = decode(wire)
         except Exception as e:  # noqa: BLE001 - any undecodable body is the caller's error
@@ -136,10 +141,29 @@ class Server:
         if isinstance(result, BlueprintDiff):
             return {"preview": True, "summary": out.getvalue().splitlines()}
         if isinstance(result, CommitOutcome):
-            return {"branch": result.branch, "commit_id": result.commit_id,
-                    "created": len(result.diff.create), "released": len(result.diff.release),
-                    "backfills": len(client.backfills)}  # fmt: skip
-        return result.to_json()
+            answer = {"branch": result.branch, "commit_id": result.commit_id,
+                      "created": len(result.diff.create), "released": len(result.diff.release),
+                      "backfills": len(client.backfills)}  # fmt: skip
+        else:
+            answer = result.to_json()
+        return {**answer, **self.wait_served(branch, ready_timeout)}
+
+    def wait_served(self, branch: str, timeout: float) -> dict[str, Any]:
+        """Up to ``timeout`` seconds for a live engine to serve every partition of the
+        branch's serving jobs (a lookup before that meets 503). ``ready``: whether they
+        are; ``starting``: the partitions not served yet (``job pN``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            starting = unserved(self.state.graph(branch).jobs, self.state.routes)
+            if not starting or time.monotonic() >= deadline:
+                return {"ready": not starting, "starting": starting}
+            time.sleep(0.2)
+            with connect(self.settings, self.settings.pg_schema, autocommit=True) as conn:
+                self.state.routes = load_routes(conn, self.settings.engine_lease_s)
+
+    def sleep(self, branch: str, timeout: float) -> dict[str, Any]:
+        """The barrier of ``LocalClient.sleep`` over the branch's jobs."""
+        return Barrier(self.settings, self.state.graph(branch).jobs).wait(timeout).to_json()
 
     # ------------------------------------------------------------------ offline queries
 

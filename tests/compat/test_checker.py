@@ -172,3 +172,17 @@ def test_checker_exits_2_when_the_clone_is_not_a_git_repo(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert "not a git repository" in done.stderr
     assert not (tmp_path / "out" / "results.md").exists()
+
+
+def test_marker_runs_and_counts_only_the_marked_tests(tmp_path: Path) -> None:
+    repo = fennel_like_repo(tmp_path / "client")
+    out = tmp_path / "out"
+    args = ["--clone", str(repo), "--out", str(out), "--python", sys.executable]
+    done = run_checker(*args, "--marker", "slow_docs")
+    assert done.returncode == 0, done.stderr
+    assert "1/1 declared tests passed" in done.stdout  # ok.py has none: not run at all
+    with (out / "tests.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["file"], r["test"], r["outcome"]) for r in rows] == [
+        ("docs/examples/bad.py", "test_names_resolve", "passed")
+    ]
