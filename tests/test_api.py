@@ -11,8 +11,9 @@ from fennel_dagster.api import Done, FennelClient, LogResult, Response, Response
 from fennel_dagster.client import Client, LocalClient
 from fennel_dagster.mock import MockClient
 
-# parameters only the platform has: which branch, and how long to wait on the network
-PLATFORM_ONLY = {"branch", "timeout"}
+# parameters only the platform has: which branch, and how long to wait on the network or for
+# engines to serve a commit
+PLATFORM_ONLY = {"branch", "timeout", "ready_timeout"}
 METHODS = [m for m in dir(FennelClient) if not m.startswith("_")]
 
 

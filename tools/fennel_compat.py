@@ -475,7 +475,7 @@ s = get_settings()
 with LocalClient(s) as client:
     client.recover(wait=0)
     for branch in client.list_branches():
-        client.delete_branch(branch)
+        client.delete_branch(branch, even_main=True)
 with connect(s) as conn:
     conn.execute(f"DROP SCHEMA {s.pg_schema} CASCADE")
     conn.commit()

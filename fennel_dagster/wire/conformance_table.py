@@ -221,6 +221,9 @@ TABLE: dict[str, Entry] = {
         "(ops/aggregate/__init__.py), which any approximation admits"
     ),
     "AggSpec.limit": _agg(AGG_VALUES),
+    "AggSpec.decimal_scale": _agg(
+        AGG_VALUES, proof="tests/batch/test_stateful_parity.py::test_aggregate_of_decimals"
+    ),
     "AggSpec.dedup": _agg(AGG_VALUES),
     "AggSpec.dropnull": _agg(AGG_VALUES, "fennel_dagster/batch/native.py::_agg"),
     "AggSpec.default": _agg(

@@ -71,7 +71,8 @@ def test_a_looked_up_field_needs_its_dataset_in_the_commit() -> None:
     client = MockClient()
     with pytest.raises(CommitRejected) as e:
         client.commit("c", datasets=[], featuresets=[Request, Copy, Looked])
-    assert "dataset Riders, which is not in the commit" in str(e.value)
+    assert str(e.value) == "Dataset `Riders` not found in sync call"  # Fennel's words
+    assert "dataset Riders, which is not in the commit" in (e.value.hint or "")
 
 
 def test_a_complete_commit_answers_and_an_extractor_input_may_come_from_the_query() -> None:
