@@ -205,6 +205,44 @@ def terminal_inputs(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violat
 _LOOKUP = re.compile(r"\b([A-Z]\w*)\.lookup\(")
 
 
+def copied_featuresets(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
+    """A featureset whose code ships (it has a Python extractor, or one takes an input from
+    it) ships the featuresets its ``F(Other.feature)`` copies name, and theirs in turn: each
+    must be in the commit, as Fennel requires. A featureset of copies and lookups only ships
+    no code, so a featureset it copies from may stay outside the commit (a query gives it)."""
+    shipped: list[str] = []
+    for fs in g.featuresets.values():
+        for ex in fs.extractors:
+            if ex.kind == "python":
+                shipped.append(fs.name)
+                shipped.extend(i.split(".", 1)[0] for i in ex.inputs)
+    seen: set[str] = set()
+    reported: set[str] = set()
+    while shipped:
+        name = shipped.pop(0)
+        if name in seen or name not in g.featuresets:
+            continue
+        seen.add(name)
+        for ex in g.featuresets[name].extractors:
+            if ex.kind != "alias" or not ex.inputs:
+                continue
+            source = ex.inputs[0].split(".", 1)[0]
+            if source == name:
+                continue
+            if source in g.featuresets:
+                shipped.append(source)
+            elif source not in reported:
+                reported.add(source)
+                yield Violation(
+                    f"{name}.{ex.name}", ex.inputs[0],
+                    f"copies {ex.inputs[0]} (F({ex.inputs[0]})) and ships with its code, but "
+                    f"featureset {source} is not in the commit",
+                    f"add {source} to the commit",
+                    f"Featureset `{source}` is required by `{name}` but is not present in the "
+                    "sync call. Please ensure that all featuresets are present in the sync call.",
+                )  # fmt: skip
+
+
 def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
     produced: dict[str, str] = {}
     for fs in g.featuresets.values():
@@ -228,15 +266,6 @@ def extractors(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
                         f"input feature {i} is not a feature of {owner}",
                         f"declare `{short}` in {owner}, or name one of its features",
                     )
-            if ex.kind == "alias" and ex.inputs:
-                # ``F(Other.feature)`` copies a feature the commit must hold the featureset
-                # of (Fennel refuses it too), unlike a python extractor's input, which a
-                # query may give
-                source_fs = ex.inputs[0].split(".", 1)[0]
-                if source_fs not in g.featuresets:
-                    yield Violation(entity, ex.inputs[0], (
-                        f"copies {ex.inputs[0]} (F({ex.inputs[0]})), but featureset "
-                        f"{source_fs} is not in the commit"), f"add {source_fs} to the commit")  # fmt: skip
             for d in ex.deps:
                 if d not in g.datasets:
                     yield Violation(
@@ -412,8 +441,8 @@ def deleted_not_used(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Viola
 RULES: tuple[Rule, ...] = (
     owners, source_xor_pipeline, cdc_vs_keys, unread_source_options, source_filters,
     timestamps_and_keys, pipeline_inputs, pipeline_schemas, terminal_inputs, extractors,
-    windows, immutability, featureset_supersets, deletions, deleted_not_used,
-    engine_shapes,
+    copied_featuresets, windows, immutability, featureset_supersets, deletions,
+    deleted_not_used, engine_shapes,
 )  # fmt: skip
 
 

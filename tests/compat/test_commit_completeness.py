@@ -1,7 +1,10 @@
-"""A commit holds every entity its features copy or look up, as Fennel requires: a feature
-``F(Other.f)`` needs featureset ``Other`` in the commit, and ``F(Dataset.field)`` needs the
-dataset (Fennel's client test ``test_complex_auto_gen_extractors``). A python extractor's
-input from a featureset outside the commit stays allowed: a query gives it."""
+"""A commit holds what its shipped code needs, as Fennel requires: a featureset whose code
+ships (it has a Python extractor) needs the featuresets its ``F(Other.f)`` copies name, and
+theirs in turn (Fennel's client test ``test_complex_auto_gen_extractors``); ``F(Dataset.field)``
+needs the dataset. A featureset of copies and lookups only ships no code, so it may copy
+from a featureset outside the commit (Fennel's example ``featuresets/reading_datasets.py``),
+and a python extractor's input from a featureset outside the commit stays allowed: a query
+gives it."""
 
 from __future__ import annotations
 
@@ -56,15 +59,43 @@ class Given:
         return pd.DataFrame({"double": rid * 2})
 
 
-def test_a_copied_feature_needs_its_featureset_in_the_commit() -> None:
+@featureset
+class Shipped:
+    rid: int = feature(Copy.rid)  # type: ignore[assignment]
+    double: int
+
+    @extractor
+    @inputs("rid")
+    @outputs("double")
+    def twice(cls, ts: pd.Series, rid: pd.Series) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+        return pd.DataFrame({"double": rid * 2})
+
+
+def test_a_shipped_featureset_needs_the_featuresets_its_copies_name() -> None:
     client = MockClient()
-    with pytest.raises(CommitRejected) as e:
-        client.commit("c", datasets=[Riders], featuresets=[Copy, Looked])
-    assert "featureset Request is not in the commit" in str(e.value)
-    assert "Copy" in str(e.value)
-    with pytest.raises(CommitRejected) as e:
-        client.commit("c", datasets=[Riders], featuresets=[Request, Looked])
-    assert "featureset Copy is not in the commit" in str(e.value)
+    with pytest.raises(CommitRejected) as e:  # Shipped -> Copy -> Request, Request missing
+        client.commit("c", datasets=[Riders], featuresets=[Copy, Shipped])
+    assert str(e.value) == (
+        "Featureset `Request` is required by `Copy` but is not present in the sync call. "
+        "Please ensure that all featuresets are present in the sync call."
+    )
+    assert "add Request to the commit" in (e.value.hint or "")
+    with pytest.raises(CommitRejected, match="Featureset `Copy` is required by `Shipped`"):
+        client.commit("c", datasets=[Riders], featuresets=[Request, Shipped])
+    client.commit("c", datasets=[Riders], featuresets=[Request, Copy, Shipped])
+
+
+def test_copies_alone_may_name_a_featureset_outside_the_commit() -> None:
+    client = MockClient()
+    client.commit("c", datasets=[Riders], featuresets=[Copy, Looked])  # no code ships
+    client.log("complete_hook", "Riders", pd.DataFrame(
+        {"rider_id": [7], "trips": [3], "ts": [datetime(2024, 1, 1)]}))  # fmt: skip
+    out = client.query(
+        inputs=["Request.rider_id"],
+        outputs=["Looked.trips"],
+        input_dataframe=pd.DataFrame({"Request.rider_id": [7, 8]}),
+    )
+    assert out["Looked.trips"].tolist() == [3, 0]
 
 
 def test_a_looked_up_field_needs_its_dataset_in_the_commit() -> None:
