@@ -4,8 +4,6 @@
   cut into stages (``commit.stages``).
 - ``engine_connectors`` (definition server only: the mock reads no connector, rows are
   logged to it directly): sources the streaming engine has no reader for.
-- ``erase_keys`` (definition server only): ``field(erase_key=True)``, which only the mock's
-  ``erase`` reads.
 - ``sinks`` (definition server only): sinks the platform cannot write: Snowflake, Kafka on
   another cluster than the platform's (a connection with no ``bootstrap_servers`` is the
   platform's, as it is for Kafka sources), S3 sinks it cannot write as a Delta table of its
@@ -225,16 +223,4 @@ def _servers(bootstrap: str) -> frozenset[str]:
     return frozenset(x for x in out if x)
 
 
-def erase_keys(g: EntityGraph, prev: EntityGraph | None) -> Iterable[Violation]:
-    """The platform has no ``erase`` yet (its clients offer none): a dataset that declares
-    erase keys is refused rather than committed with keys nothing can erase."""
-    for ds in g.datasets.values():
-        for name in ds.erase_keys:
-            yield Violation(ds.name, name,
-                "field parameter `erase_key`=True is not supported on the platform: it cannot "
-                "erase rows yet (only the mock client's erase() does)",
-                f"remove erase_key=True from field {name!r}, or run this code on the mock "
-                "client only")  # fmt: skip
-
-
-PLATFORM_RULES = (engine_connectors, sinks, erase_keys)
+PLATFORM_RULES = (engine_connectors, sinks)

@@ -575,10 +575,16 @@ TABLE: dict[str, Entry] = {
         f"{COMPILER}::_kafka_sinks",
         proof="tests/engine/test_kafka_sink.py::test_the_compiler_emits_one_sink_job_reading_the_dataset_topic",
     ),
-    "DatasetSpec.erase_keys": Refused(
-        "fennel_dagster/commit/executable.py::erase_keys",
-        ("uid",),
-        platform_only="the mock's erase() reads it (MockClient.erase): the platform has no erase",
+    "DatasetSpec.erase_keys": Consumed(
+        ("fennel_dagster/mock/client.py::MockClient.erase",),
+        "tests/compat/test_declarations.py::test_erase_removes_a_keys_rows_now_and_drops_them_when_logged_later",
+        moot=(
+            (
+                "engine",
+                "erase is answered by the mock only: the platform commits erase keys (they change nothing until an erase) and refuses erase() by name",
+            ),
+            ("spark", "erase is answered by the mock only"),
+        ),
     ),
     # ---------------------------------------------------------------- featuresets
     "FeatureSpec.name": NAME,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fennel_dagster import commit_spec, dataset, field, meta, source
+from fennel_dagster import commit_spec, dataset, meta, source
 from fennel_dagster.commit.errors import CommitRejected, Violation
 from fennel_dagster.commit.server import DefinitionServer
 from fennel_dagster.mock import MockClient
@@ -144,20 +144,8 @@ def _with_s3_sink(**kw: Any) -> type:
     return Events
 
 
-def _with_erase_key() -> type:
-    @meta(owner=OWNER)
-    @source(_hook.endpoint("ev"), disorder="1d", cdc="upsert")
-    @dataset(index=True)
-    class Events:
-        uid: int = field(key=True, erase_key=True)
-        ts: datetime
-
-    return Events
-
-
 # (the declaration, the IR holding the field, the words the error must contain)
 DECLARE: dict[str, tuple[Callable[[], type], Callable[[spec.DatasetSpec], object], str]] = {
-    "DatasetSpec.erase_keys": (_with_erase_key, lambda d: d.erase_keys, "`erase_key`"),
     "SinkSpec.every": (lambda: _with_s3_sink(every="1h"), lambda d: d.sinks[0].every, "every="),
     "SinkSpec.renames": (lambda: _with_s3_sink(renames={"a": "b"}),
                          lambda d: d.sinks[0].renames, "renames="),
