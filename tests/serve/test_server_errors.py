@@ -138,7 +138,7 @@ def test_struct_values_from_a_python_extractor_come_back_as_the_mocks(serving: S
     struct class from the shipped source, under no module the server can import."""
 
     @struct
-    class Pair:
+    class ShippedPair:
         n: int
         label: str
         at: datetime
@@ -147,9 +147,9 @@ def test_struct_values_from_a_python_extractor_come_back_as_the_mocks(serving: S
     @featureset
     class Shaped:
         uid: int
-        pair: Pair
-        pairs: list[Pair]
-        maybe: Optional[Pair]  # noqa: UP045 - Fennel's spelling
+        pair: ShippedPair
+        pairs: list[ShippedPair]
+        maybe: Optional[ShippedPair]  # noqa: UP045 - Fennel's spelling
 
         @extractor
         @inputs("uid")
@@ -157,9 +157,12 @@ def test_struct_values_from_a_python_extractor_come_back_as_the_mocks(serving: S
         def shape(cls, ts: pd.Series, uid: pd.Series):
             t0 = pd.Timestamp("2026-01-01", tz="UTC")
             pair = [
-                Pair(n=int(u), label=f"u{u}", at=t0 + pd.Timedelta(seconds=int(u))) for u in uid
+                ShippedPair(n=int(u), label=f"u{u}", at=t0 + pd.Timedelta(seconds=int(u)))
+                for u in uid
             ]
-            pairs = [[Pair(n=i, label=str(i), at=t0) for i in range(int(u) % 3)] for u in uid]
+            pairs = [
+                [ShippedPair(n=i, label=str(i), at=t0) for i in range(int(u) % 3)] for u in uid
+            ]
             maybe = [p if p.n % 2 else None for p in pair]
             return pd.DataFrame({"pair": pair, "pairs": pairs, "maybe": maybe})
 
