@@ -7,11 +7,12 @@ one markdown section between two markers in docs/compat.md.
 
     python tools/conformance_matrix.py --write   # regenerate the section
     python tools/conformance_matrix.py --check   # exit 1 if the committed section differs
-    python tools/conformance_matrix.py --pages <fennel-client clone>  # its documented params
+    python tools/conformance_matrix.py --pages <fennel-client clone>  # exit 1 unless
+        # wire.documented lists exactly the parameters of every page of that clone
 
-``tests/wire/test_documented.py`` checks that the committed section equals ``render()``, and,
-with ``FENNEL_CLIENT_CLONE`` set to such a clone, that ``wire.documented`` lists exactly the
-parameters of its pages.
+``tests/wire/test_documented.py`` checks that the committed section equals ``render()``;
+the check against Fennel's pages needs a clone of Fennel's repository, which this one does
+not hold, so it is this command (docs/compat.md), not a test.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--pages", type=Path, help="a clone of fennel-ai/client: list its pages")
+    ap.add_argument("--pages", type=Path,
+                    help="a clone of fennel-ai/client: check the table against its pages")  # fmt: skip
     args = ap.parse_args(argv)
     if args.write:
         write()
@@ -215,9 +217,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     if args.pages:
-        for page, params in pages(args.pages).items():
-            print(page, ", ".join(params))
+        return check_pages(pages(args.pages))
     return 0
+
+
+def check_pages(found: dict[str, list[str]]) -> int:
+    """0 when ``DOCUMENTED`` lists exactly the pages and parameters ``found``; else 1, with
+    each difference printed."""
+    problems = [f"page not in the table: {p}" for p in sorted(set(found) - set(DOCUMENTED))]
+    problems += [f"page no longer in Fennel's reference: {p}"
+                 for p in sorted(set(DOCUMENTED) - set(found))]  # fmt: skip
+    problems += [f"{p}: Fennel documents {found[p]}, the table lists {list(DOCUMENTED[p])}"
+                 for p in sorted(set(found) & set(DOCUMENTED))
+                 if found[p] != list(DOCUMENTED[p])]  # fmt: skip
+    for line in problems:
+        print(line)
+    print(f"{len(found)} pages checked, {len(problems)} difference(s)")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
